@@ -1,0 +1,32 @@
+# The two commands: `make demo` (the seed 001 depth study) and `make test` (the whole suite; CI runs this).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# torch: the CPU build where the machine offers it (a local wheel here); the project's range admits it.
+TORCH_PIN ?= torch==2.13.0
+
+.PHONY: demo test lint install install-test clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q "$(TORCH_PIN)" || $(BIN)/pip install -q "torch>=2.3,<3"
+
+install: $(BIN)/python
+	$(BIN)/pip install -q -e .
+
+install-test: $(BIN)/python
+	$(BIN)/pip install -q -e ".[test]"
+
+demo: install
+	$(BIN)/depthlab reproduce seed001-depth --scale quick
+
+lint: install-test
+	$(BIN)/ruff check src tests benchmarks
+
+test: install-test
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/python -m pytest -n 2 --dist loadfile
+
+clean:
+	rm -rf $(VENV) depthlab-runs .pytest_cache

@@ -1,0 +1,279 @@
+"""The ``depthlab`` command. Every command takes ``--json`` and then prints exactly one JSON object to stdout.
+
+User mistakes print one line ``error: <field>: <what is allowed>`` to stderr and exit with code 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import click
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from .errors import UserError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="depthlab: what sequence models can learn, at which depth, and how.")
+console = Console(stderr=True)
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON object to stdout and nothing else")]
+StoreOpt = Annotated[Path | None, typer.Option("--store", help="store folder [$DEPTHLAB_STORE, ./depthlab-runs]")]
+SetOpt = Annotated[list[str] | None, typer.Option("--set", help="override a field: --set model.layers=2")]
+
+
+def emit(obj: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(obj, allow_nan=False, default=str) + "\n")
+
+
+def open_store(path: Path | None):
+    from .store import Store, default_store_path
+
+    return Store(path or default_store_path())
+
+
+def setup_threads() -> int:
+    import torch
+
+    threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    torch.set_num_threads(threads)
+    return threads
+
+
+@contextmanager
+def step_progress(total: int, description: str, quiet: bool):
+    """A rich progress bar over run-steps; a no-op callback under --json or when stderr is not a terminal."""
+    if quiet or not console.is_terminal:
+        yield None
+        return
+    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("run-steps"),
+               TimeElapsedColumn(), TimeRemainingColumn()]
+    with Progress(*columns, console=console) as bar:
+        task = bar.add_task(description, total=total)
+        yield lambda n: bar.advance(task, n)
+
+
+def _run_sweep(runs, store, group_size: int | None, quiet: bool, description: str) -> dict[str, Any]:
+    from .sweep.local import run_local
+
+    total = sum(r.train.steps for r in runs)
+    with step_progress(total, description, quiet) as advance:
+        return run_local(runs, store, group_size=group_size, progress=advance)
+
+
+@app.command()
+def tasks(json_out: JsonOpt = False) -> None:
+    """Every task with its parameters, defaults and the seed section it comes from."""
+    from .tasks import TASKS
+
+    items = []
+    for name, cls in sorted(TASKS.items()):
+        params = {f: {"default": info.default, "type": str(info.annotation).replace("typing.", ""),
+                      "description": info.description or ""} for f, info in cls.model_fields.items()}
+        items.append({"name": name, "section": cls.section, "summary": cls.summary,
+                      "eval_protocol": cls.eval_protocol, "parameters": params})
+    if json_out:
+        emit({"tasks": items})
+        return
+    table = Table("task", "seed section", "parameters (defaults)", "summary")
+    for item in items:
+        params = ", ".join(f"{k}={v['default']}" for k, v in item["parameters"].items())
+        table.add_row(item["name"], item["section"], params, item["summary"])
+    Console().print(table)
+
+
+@app.command()
+def sample(task: Annotated[str, typer.Argument(help="task name (see `depthlab tasks`)")],
+           set_: SetOpt = None, n: Annotated[int, typer.Option("-n", min=1, help="number of examples")] = 5,
+           seed: Annotated[int, typer.Option("--seed", min=0)] = 0,
+           split: Annotated[str, typer.Option("--split", help="train or eval")] = "train",
+           json_out: JsonOpt = False) -> None:
+    """Examples of a task as text, in the notation of seed 001 Table 1."""
+    import numpy as np
+
+    from .config import apply_overrides, parse_run
+
+    if split not in ("train", "eval"):
+        raise UserError(f"--split: must be train or eval (got {split!r})")
+    overrides = [s if s.startswith("task.") else f"task.{s}" for s in (set_ or [])]
+    config = parse_run(apply_overrides({"task": {"name": task}}, overrides))
+    spec = config.task
+    batch = spec.sample(n, np.random.default_rng(seed), split)
+    examples = []
+    for i in range(len(batch)):
+        tokens, target = spec.example_tokens(batch, i)
+        examples.append({"input": tokens, "target": target, "text": spec.decode(batch, i)})
+    if json_out:
+        emit({"task": spec.name, "parameters": spec.model_dump(mode="json"), "split": split, "examples": examples})
+        return
+    for ex in examples:
+        print(ex["text"])
+
+
+def _load_config(path: Path, overrides: list[str] | None) -> dict[str, Any]:
+    from .config import apply_overrides, load_yaml
+
+    return apply_overrides(load_yaml(path), overrides or [])
+
+
+@app.command()
+def train(config: Annotated[Path, typer.Argument(help="run file (YAML)")], set_: SetOpt = None,
+          store: StoreOpt = None, json_out: JsonOpt = False) -> None:
+    """Train one run from a run file."""
+    from .config import parse_run
+    from .store import Store
+
+    raw = _load_config(config, set_)
+    if "sweep" in raw:
+        raise UserError("sweep: this is a sweep file; use `depthlab sweep` (or remove the sweep section)")
+    run = parse_run(raw)
+    threads = setup_threads()
+    db = open_store(store)
+    results = _run_sweep([run], db, 1, json_out, "training")
+    run_id = Store.run_id(run.to_dict())
+    record = db.get_run(run_id)
+    out = {"id": run_id, "status": record["status"], "metrics": results.get(run_id), "threads": threads,
+           "store": str(db.root)}
+    if json_out:
+        emit(out)
+    else:
+        Console().print(f"run {run_id}: {record['status']}  {json.dumps(results.get(run_id))}")
+
+
+@app.command()
+def sweep(config: Annotated[Path, typer.Argument(help="sweep file (YAML): a run file plus `sweep:`")],
+          set_: SetOpt = None, store: StoreOpt = None,
+          group_size: Annotated[int | None, typer.Option("--group-size", min=1, help="runs per batched group")] = None,
+          json_out: JsonOpt = False) -> None:
+    """Train every run of a grid (finished runs are skipped), grouping runs of equal shapes."""
+    from .config import expand_sweep
+    from .store import Store
+
+    runs = expand_sweep(_load_config(config, set_))
+    threads = setup_threads()
+    db = open_store(store)
+    results = _run_sweep(runs, db, group_size, json_out, "sweep")
+    ids = [Store.run_id(r.to_dict()) for r in runs]
+    rows = [{"id": i, "status": db.get_run(i)["status"], "metrics": results.get(i)} for i in ids]
+    if json_out:
+        emit({"runs": rows, "threads": threads, "store": str(db.root)})
+        return
+    _print_runs(rows_from_store(db, ids))
+
+
+def rows_from_store(db, ids: list[str] | None = None, status: str | None = None, task: str | None = None):
+    records = db.find_runs(status=status, task=task, ids=ids)
+    return [{"id": r["id"], "task": r["task"], "model": r["model"], "status": r["status"], "step": r["step"],
+             "seed": r["config"].get("seed"), "layers": r["config"]["model"].get("layers"),
+             "metrics": r["final"] or {}} for r in records]
+
+
+def _print_runs(rows: list[dict[str, Any]]) -> None:
+    table = Table("id", "task", "model", "layers", "seed", "status", "step", "accuracy")
+    for r in rows:
+        acc = r["metrics"].get("accuracy")
+        table.add_row(r["id"], r["task"], r["model"], str(r["layers"]), str(r["seed"]), r["status"],
+                      str(r["step"]), f"{acc:.3f}" if acc is not None else "—")
+    Console().print(table)
+
+
+@app.command()
+def runs(store: StoreOpt = None, status: Annotated[str | None, typer.Option(help="only runs with this status")] = None,
+         task: Annotated[str | None, typer.Option(help="only runs of this task")] = None,
+         json_out: JsonOpt = False) -> None:
+    """List the runs in a store."""
+    rows = rows_from_store(open_store(store), status=status, task=task)
+    if json_out:
+        emit({"runs": rows})
+        return
+    _print_runs(rows)
+
+
+@app.command()
+def reproduce(name: Annotated[str, typer.Argument(help="preset name, e.g. seed001-depth")],
+              scale: Annotated[str, typer.Option(help="quick (minutes on a laptop) or paper (seed sizes)")] = "quick",
+              set_: SetOpt = None, store: StoreOpt = None,
+              out: Annotated[Path | None, typer.Option(help="folder for figures (default: <store>/figures)")] = None,
+              group_size: Annotated[int | None, typer.Option("--group-size", min=1)] = None,
+              json_out: JsonOpt = False) -> None:
+    """Re-run a seed's study from its preset and print its table; writes its figure."""
+    from .analysis.capability import capability_rows, curves
+    from .report.figures import depth_figure
+    from .store import Store
+    from .sweep.presets import load_preset
+
+    preset = load_preset(name, scale, set_)
+    threads = setup_threads()
+    db = open_store(store)
+    started = time.perf_counter()
+    if not json_out:
+        console.print(f"[bold]{preset.title}[/] ({preset.reproduces}), scale {scale}: {len(preset.runs)} runs, "
+                      f"{threads} threads. {preset.note}")
+    _run_sweep(preset.runs, db, group_size, json_out, name)
+    ids = [Store.run_id(r.to_dict()) for r in preset.runs]
+    rows = capability_rows(db, ids)
+    tasks_order = list(dict.fromkeys(r["task"] for r in rows))
+    chance = {r["task"]: r["chance"] for r in rows if r["chance"] is not None}
+    figure = depth_figure(curves(db, ids), tasks_order, chance, (out or db.root / "figures") / f"{name}-{scale}.png")
+    elapsed = time.perf_counter() - started
+    if json_out:
+        keys = ("task", "layers", "accuracy", "accuracy_sd", "seeds", "chance", "steps", "eval_protocol", "runs")
+        emit({"preset": name, "scale": scale, "rows": [{k: r[k] for k in keys} for r in rows],
+              "figure": str(figure), "seconds": round(elapsed, 1), "threads": threads})
+        return
+    _print_capability(rows, preset.title)
+    console.print(f"figure: {figure}\nstore: {db.root}  ({elapsed:.0f} s)")
+
+
+def _print_capability(rows: list[dict[str, Any]], title: str) -> None:
+    from .analysis.capability import format_cell
+
+    depths = sorted({r["layers"] for r in rows})
+    table = Table(title=f"capability table — {title}", title_justify="left")
+    table.add_column("task")
+    for depth in depths:
+        table.add_column(f"{depth} layer{'s' if depth > 1 else ''}", justify="right")
+    table.add_column("chance", justify="right")
+    table.add_column("evaluated on")
+    for task in dict.fromkeys(r["task"] for r in rows):
+        cells = {r["layers"]: r for r in rows if r["task"] == task}
+        first = next(iter(cells.values()))
+        table.add_row(task, *[format_cell(cells[d]) if d in cells else "" for d in depths],
+                      f"{first['chance']:.3f}" if first["chance"] is not None else "—",
+                      f"{first['eval_protocol']} ({first['eval_examples']} examples)")
+    Console().print(table)
+
+
+def main() -> None:
+    try:
+        app(standalone_mode=False)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except click.exceptions.UsageError as e:
+        print(f"error: {e.format_message()}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        print("interrupted", file=sys.stderr)
+        raise SystemExit(130) from None
+    except click.exceptions.Exit as e:
+        raise SystemExit(e.exit_code) from None
+
+
+if __name__ == "__main__":
+    main()

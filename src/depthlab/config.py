@@ -1,0 +1,191 @@
+"""Run and sweep configuration: pydantic specs, YAML loading, ``--set`` overrides, readable errors.
+
+A run file has the sections ``task`` (with ``name``), ``model`` (with ``name``), ``train`` and ``seed``;
+a sweep file is a run file plus ``sweep:``, a mapping from dotted field names to lists of values whose
+product is the grid. Every mistake becomes a ``UserError`` whose one-line message names the field.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .errors import UserError
+from .models import MODELS, ModelSpec
+from .tasks import TASKS, Task
+
+SECTIONS = ("task", "model", "train", "seed")
+
+
+class TrainSpec(BaseModel):
+    """How a run trains. SGD and cross-entropy are seed 001's protocol (§9.1)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    optimizer: Literal["sgd", "adamw"] = "sgd"
+    lr: float = Field(0.1, gt=0)
+    momentum: float = Field(0.0, ge=0, lt=1)
+    weight_decay: float = Field(0.0, ge=0, description="AdamW: decoupled; SGD: L2 added to the gradient")
+    betas: tuple[float, float] = (0.9, 0.999)
+    grad_clip: float | None = Field(None, gt=0, description="clip each run's gradient to this global norm")
+    steps: int = Field(2000, ge=1, description="maximum number of optimizer steps")
+    batch_size: int = Field(64, ge=1)
+    eval_every: int = Field(100, ge=1, description="log train and eval metrics every this many steps")
+    eval_examples: int = Field(2048, ge=1, description="eval examples per log point (the final eval uses all)")
+    target_accuracy: float | None = Field(None, gt=0, le=1, description="stop a run once its eval accuracy is this")
+    precision: Literal["fp32", "bf16"] = "fp32"
+    checkpoint_every: int | None = Field(None, ge=1, description="also checkpoint every this many steps")
+
+    @model_validator(mode="after")
+    def _betas_range(self) -> TrainSpec:
+        if not all(0 <= b < 1 for b in self.betas):
+            raise ValueError("betas must both be in [0, 1)")
+        return self
+
+
+class RunConfig(BaseModel):
+    """One run: a task, a model, how to train, and a seed."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    task: Task
+    model: ModelSpec
+    train: TrainSpec
+    seed: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved config (every default filled in); its hash is the run id."""
+        return {
+            "task": {"name": self.task.name, **self.task.model_dump(mode="json")},
+            "model": self.model.model_dump(mode="json"),
+            "train": self.train.model_dump(mode="json"),
+            "seed": self.seed,
+        }
+
+
+def _format_error(section: str, error: ValidationError, allowed: list[str]) -> str:
+    parts = []
+    for e in error.errors():
+        loc = ".".join(str(x) for x in (section, *e["loc"]))
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            msg = f"unknown field; allowed: {', '.join(allowed)}"
+        elif e["type"] == "missing":
+            msg = "required"
+        got = e.get("input")
+        if e["type"] not in ("missing", "extra_forbidden", "model_type") and not isinstance(got, dict):
+            msg += f" (got {got!r})"
+        parts.append(f"{loc}: {msg}")
+    return "; ".join(parts)
+
+
+def _build(section: str, registry: dict[str, type[BaseModel]], raw: Any) -> Any:
+    if not isinstance(raw, dict):
+        raise UserError(f"{section}: must be a mapping with a 'name' field")
+    raw = dict(raw)
+    name = raw.pop("name", None)
+    if name not in registry:
+        raise UserError(f"{section}.name: unknown {section} {name!r}; allowed: {', '.join(sorted(registry))}")
+    cls = registry[name]
+    allowed = [f for f in cls.model_fields if f != "name"]
+    try:
+        return cls(**raw) if section == "task" else cls(name=name, **raw)
+    except ValidationError as e:
+        raise UserError(_format_error(section, e, allowed)) from None
+    except (ValueError, TypeError) as e:
+        raise UserError(f"{section}: {e}") from None
+
+
+def parse_run(raw: dict[str, Any]) -> RunConfig:
+    """Validate a run mapping (already merged with overrides) into a RunConfig."""
+    if not isinstance(raw, dict):
+        raise UserError("config: must be a mapping with sections task, model, train, seed")
+    unknown = sorted(set(raw) - set(SECTIONS))
+    if unknown:
+        raise UserError(f"{unknown[0]}: unknown section; allowed: {', '.join(SECTIONS)} (and sweep in a sweep file)")
+    if "task" not in raw:
+        raise UserError("task: required (a mapping with the task's name and parameters)")
+    task = _build("task", TASKS, raw["task"])
+    model = _build("model", MODELS, raw.get("model", {"name": "attention_only"}))
+    try:
+        train = TrainSpec(**(raw.get("train") or {}))
+    except ValidationError as e:
+        raise UserError(_format_error("train", e, list(TrainSpec.model_fields))) from None
+    except TypeError:
+        raise UserError("train: must be a mapping of training settings") from None
+    seed = raw.get("seed", 0)
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise UserError(f"seed: must be a non-negative integer (got {seed!r})")
+    return RunConfig(task=task, model=model, train=train, seed=seed)
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML config file into a mapping, with one-line errors for unreadable or malformed files."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise UserError(f"config: cannot read {path}: {e.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise UserError(f"config: {path} is not valid YAML{where}: {getattr(e, 'problem', e)}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"config: {path} must hold a mapping with sections task, model, train, seed")
+    return data
+
+
+def set_field(raw: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set ``raw[a][b]… = value`` for ``dotted = "a.b…"``, creating mappings as needed."""
+    keys = dotted.split(".")
+    if not all(keys) or keys[0] not in (*SECTIONS, "sweep"):
+        raise UserError(f"--set {dotted}: the field must start with one of {', '.join(SECTIONS)}")
+    node = raw
+    for key in keys[:-1]:
+        child = node.get(key)
+        if child is None:
+            child = node[key] = {}
+        if not isinstance(child, dict):
+            raise UserError(f"--set {dotted}: {key} is not a mapping")
+        node = child
+    node[keys[-1]] = value
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``key=value`` strings (values parsed as YAML: ``2``, ``[1, 2]``, ``relu``) to a copy of raw."""
+    out = copy.deepcopy(raw)
+    for item in overrides:
+        if "=" not in item:
+            raise UserError(f"--set {item}: expected field=value, e.g. model.layers=2")
+        key, text = item.split("=", 1)
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError:
+            raise UserError(f"--set {key}: cannot parse value {text!r}") from None
+        set_field(out, key.strip(), value)
+    return out
+
+
+def expand_sweep(raw: dict[str, Any]) -> list[RunConfig]:
+    """Every run of a sweep mapping (the product of its ``sweep:`` lists), validated before any work."""
+    raw = copy.deepcopy(raw)
+    grid = raw.pop("sweep", None) or {}
+    if not isinstance(grid, dict):
+        raise UserError("sweep: must map dotted field names to lists of values, e.g. {model.layers: [1, 2]}")
+    for key, values in grid.items():
+        if not isinstance(values, list) or not values:
+            raise UserError(f"sweep.{key}: must be a non-empty list of values")
+    runs = []
+    for combo in itertools.product(*grid.values()):
+        point = copy.deepcopy(raw)
+        for key, value in zip(grid, combo, strict=True):
+            set_field(point, key, value)
+        runs.append(parse_run(point))
+    return runs

@@ -1,0 +1,384 @@
+"""Ask a language model: a local Hugging Face causal LM, or any OpenAI-compatible chat-completions server.
+
+Both runners take a list of :class:`Request` (prompt text, temperature, seed) and return one :class:`Reply`
+per request, in order. ``temperature == 0`` means greedy decoding.
+
+:class:`HFRunner` loads a model folder or a name already in the Hugging Face cache, offline
+(``local_files_only=True``; nothing is downloaded). When the tokenizer has a chat template the prompt is
+sent as one user message through it (``add_generation_prompt=True``); otherwise the model completes
+``prompt + "\\n"`` and the reply is the first line of what it writes (the stop-at-newline habit of
+evaluation harnesses for base models). Sampling is pure temperature sampling (``top_k=0``, ``top_p=1``,
+as an API samples by default), seeded per batch with ``torch.manual_seed`` (exactly per question when
+``batch_size`` is 1). ``transformers`` is imported only when a local model is loaded.
+
+:class:`EndpointRunner` posts to ``<base URL>/chat/completions`` with the standard library only. The API
+key is read from the environment variable whose *name* is given (default ``OPENAI_API_KEY``); it is sent
+in the ``Authorization`` header and is never part of :meth:`EndpointRunner.describe`, ``repr`` or an
+exception message (any text that would carry it is redacted). Requests have a timeout; 429, 5xx,
+connection errors and malformed answers are retried up to ``retries`` times with exponential backoff and
+jitter, waiting what a ``Retry-After`` (or ``retry-after-ms``) header asks for when there is one; at most
+``concurrency`` requests are in flight (a thread pool).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import email.utils
+import http.client
+import json
+import os
+import random
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from depthlab.errors import UserError
+
+DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
+DEFAULT_LOCAL_MAX_NEW_TOKENS = 16
+MAX_RETRY_AFTER_S = 300.0
+RETRYABLE = frozenset({429, *range(500, 600)})
+
+
+@dataclass(frozen=True)
+class Request:
+    prompt: str
+    temperature: float
+    seed: int
+
+
+@dataclass(frozen=True)
+class Reply:
+    text: str
+    attempts: int = 1  # HTTP attempts it took (1 without retries; always 1 for a local model)
+
+
+class Runner(Protocol):
+    parallelism: int  # how many requests it works on at once (batch size or concurrency)
+
+    def describe(self) -> dict[str, Any]: ...
+
+    def generate(self, requests: list[Request]) -> list[Reply]: ...
+
+    def close(self) -> None: ...
+
+
+class EndpointError(UserError):
+    """The endpoint failed for good (refused the request, or kept failing after every retry)."""
+
+
+# ------------------------------------------------------------------------------------------- local
+
+
+class HFRunner:
+    """A causal LM and its tokenizer loaded offline with ``transformers`` from a folder or the HF cache."""
+
+    def __init__(
+        self,
+        model: str,
+        max_new_tokens: int | None = None,
+        batch_size: int = 1,
+        device: str | None = None,
+        dtype: str = "auto",
+        trust_remote_code: bool = False,
+    ) -> None:
+        try:
+            import torch
+            import transformers
+        except ImportError:
+            raise UserError(
+                "--model: a local model needs the transformers package: pip install 'depthlab[llm]'"
+            ) from None
+        if batch_size < 1:
+            raise UserError(f"--batch-size: must be at least 1 (got {batch_size})")
+        self._torch = torch
+        path = Path(model).expanduser()
+        self.model_ref = str(path.absolute()) if path.exists() else model
+        try:
+            tokenizer = transformers.AutoTokenizer.from_pretrained(
+                self.model_ref, local_files_only=True, trust_remote_code=trust_remote_code
+            )
+            lm = transformers.AutoModelForCausalLM.from_pretrained(
+                self.model_ref, local_files_only=True, dtype=dtype, trust_remote_code=trust_remote_code
+            )
+        except (OSError, ValueError, KeyError) as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise UserError(
+                f"--model: cannot load {model!r} offline (a model folder, or a name already in the Hugging "
+                f"Face cache): {first}"
+            ) from None
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        try:
+            lm.to(self.device)
+        except (RuntimeError, AssertionError) as e:
+            raise UserError(f"--device: cannot use {self.device!r}: {str(e).splitlines()[0]}") from None
+        lm.eval()
+        self.lm = lm
+        self.tokenizer = tokenizer
+        self.tokenizer.padding_side = "left"
+        self.chat = bool(getattr(tokenizer, "chat_template", None))
+        self.max_new_tokens = int(max_new_tokens or DEFAULT_LOCAL_MAX_NEW_TOKENS)
+        self.parallelism = int(batch_size)
+        gen = lm.generation_config
+        self._eos = gen.eos_token_id if gen.eos_token_id is not None else tokenizer.eos_token_id
+        pad = tokenizer.pad_token_id
+        if pad is None:
+            pad = tokenizer.eos_token_id
+            if tokenizer.eos_token is not None:
+                tokenizer.pad_token = tokenizer.eos_token
+        if pad is None:
+            pad = self._eos[0] if isinstance(self._eos, list) and self._eos else self._eos
+        self._pad = 0 if pad is None else pad
+        self._transformers = transformers
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "type": "hf",
+            "model": self.model_ref,
+            "chat_template": self.chat,
+            "max_new_tokens": self.max_new_tokens,
+        }
+
+    def text_for(self, prompt: str) -> str:
+        """What the model is fed for ``prompt``: the chat template's rendering, or ``prompt + "\\n"``."""
+        if self.chat:
+            messages = [{"role": "user", "content": prompt}]
+            return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return prompt + "\n"
+
+    def _generation_config(self, temperature: float) -> Any:
+        sample = temperature > 0
+        kwargs: dict[str, Any] = {
+            "max_new_tokens": self.max_new_tokens,
+            "do_sample": sample,
+            "pad_token_id": self._pad,
+            "eos_token_id": self._eos,
+        }
+        if sample:
+            kwargs.update(temperature=float(temperature), top_k=0, top_p=1.0)
+        return self._transformers.GenerationConfig(**kwargs)
+
+    def generate(self, requests: list[Request]) -> list[Reply]:
+        torch = self._torch
+        replies: list[Reply] = []
+        for start in range(0, len(requests), self.parallelism):
+            batch = requests[start : start + self.parallelism]
+            temps = {r.temperature for r in batch}
+            groups = [batch] if len(temps) == 1 else [[r] for r in batch]
+            for group in groups:
+                texts = [self.text_for(r.prompt) for r in group]
+                enc = self.tokenizer(
+                    texts, return_tensors="pt", padding=True, add_special_tokens=not self.chat
+                ).to(self.device)
+                enc.pop("token_type_ids", None)
+                torch.manual_seed(group[0].seed)
+                with torch.inference_mode():
+                    out = self.lm.generate(
+                        **enc, generation_config=self._generation_config(group[0].temperature)
+                    )
+                new = out[:, enc["input_ids"].shape[1] :]
+                for row in self.tokenizer.batch_decode(new, skip_special_tokens=True):
+                    text = row if self.chat else (row.lstrip().split("\n", 1)[0] if row.strip() else "")
+                    replies.append(Reply(text))
+        return replies
+
+    def close(self) -> None:
+        pass
+
+
+# ---------------------------------------------------------------------------------------- endpoint
+
+
+def chat_url(base_url: str) -> str:
+    """``<base URL>/chat/completions`` (a URL that already ends so is kept); rejects credentials in it."""
+    parts = urllib.parse.urlsplit(base_url.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UserError(
+            f"--endpoint: expected an http(s) URL such as http://localhost:8000/v1 (got {base_url!r})"
+        )
+    if parts.username or parts.password:
+        raise UserError(
+            "--endpoint: put the API key in the environment variable named by --api-key-env, not in the URL"
+        )
+    path = parts.path.rstrip("/")
+    if not path.endswith("/chat/completions"):
+        path += "/chat/completions"
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
+
+
+def _retry_after(headers: Any) -> float | None:
+    if headers is None:
+        return None
+    ms = headers.get("retry-after-ms")
+    if ms is not None:
+        with contextlib.suppress(ValueError):
+            return max(0.0, float(ms) / 1000.0)
+    value = headers.get("Retry-After")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+class EndpointRunner:
+    """An OpenAI-compatible chat-completions endpoint (standard library HTTP, thread-pool concurrency)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        model_name: str,
+        api_key_env: str = DEFAULT_API_KEY_ENV,
+        timeout: float = 60.0,
+        retries: int = 5,
+        concurrency: int = 4,
+        max_new_tokens: int | None = None,
+        backoff: float = 1.0,
+        max_backoff: float = 60.0,
+    ) -> None:
+        if not model_name:
+            raise UserError(
+                "--model-name: required with --endpoint (the model the server should answer with)"
+            )
+        if concurrency < 1:
+            raise UserError(f"--concurrency: must be at least 1 (got {concurrency})")
+        if timeout <= 0:
+            raise UserError(f"--timeout: must be a positive number of seconds (got {timeout})")
+        if retries < 0:
+            raise UserError(f"--retries: must be 0 or more (got {retries})")
+        if not api_key_env or "=" in api_key_env:
+            raise UserError(f"--api-key-env: the NAME of an environment variable (got {api_key_env!r})")
+        self.url = chat_url(base_url)
+        self.model_name = model_name
+        self.api_key_env = api_key_env
+        self.timeout = float(timeout)
+        self.retries = int(retries)
+        self.parallelism = int(concurrency)
+        self.max_new_tokens = max_new_tokens
+        self.backoff = float(backoff)
+        self.max_backoff = float(max_backoff)
+        key = os.environ.get(api_key_env, "").strip()
+        self._secret = key or None
+        self._headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if key:
+            self._headers["Authorization"] = f"Bearer {key}"
+        self._pool = ThreadPoolExecutor(max_workers=self.parallelism, thread_name_prefix="depthlab-llm")
+        self._opener = urllib.request.build_opener()
+        self._lock = threading.Lock()
+        self.http_requests = 0  # every HTTP attempt made (retries included)
+        self.http_retries = 0  # attempts that failed and were retried
+
+    def __repr__(self) -> str:
+        return f"EndpointRunner(url={self.url!r}, model_name={self.model_name!r})"
+
+    def describe(self) -> dict[str, Any]:
+        """The endpoint without the key and without the URL's query (stored with the run)."""
+        parts = urllib.parse.urlsplit(self.url)
+        url = urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
+        return {
+            "type": "endpoint",
+            "url": url,
+            "model": self.model_name,
+            "max_new_tokens": self.max_new_tokens,
+        }
+
+    def redact(self, text: str) -> str:
+        if self._secret:
+            text = text.replace(self._secret, "***")
+        return text
+
+    def _payload(self, request: Request) -> bytes:
+        body: dict[str, Any] = {
+            "model": self.model_name,
+            "messages": [{"role": "user", "content": request.prompt}],
+            "temperature": float(request.temperature),
+            "stream": False,
+        }
+        if self.max_new_tokens is not None:
+            body["max_tokens"] = int(self.max_new_tokens)
+        return json.dumps(body).encode("utf-8")
+
+    def _post(self, data: bytes) -> tuple[int, Any, bytes]:
+        req = urllib.request.Request(self.url, data=data, headers=self._headers, method="POST")
+        try:
+            with self._opener.open(req, timeout=self.timeout) as resp:
+                return resp.status, resp.headers, resp.read()
+        except urllib.error.HTTPError as e:
+            try:
+                body = e.read()
+            except (OSError, http.client.HTTPException):
+                body = b""
+            return e.code, e.headers, body
+
+    @staticmethod
+    def _content(body: bytes) -> str:
+        """The first choice's message content (raises ValueError/KeyError/… on a malformed answer)."""
+        data = json.loads(body.decode("utf-8"))
+        message = data["choices"][0]["message"]
+        content = message.get("content")
+        if content is None:
+            return ""
+        if isinstance(content, list):  # content parts
+            return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        if not isinstance(content, str):
+            raise ValueError("content is not text")
+        return content
+
+    def _delay(self, attempt: int, retry_after: float | None) -> float:
+        if retry_after is not None:
+            return min(retry_after, MAX_RETRY_AFTER_S)
+        base = min(self.max_backoff, self.backoff * (2**attempt))
+        return base * (0.5 + 0.5 * random.random())  # exponential backoff with jitter
+
+    def complete(self, request: Request) -> Reply:
+        """One request, retried on 429/5xx/connection errors/malformed answers; raises EndpointError."""
+        data = self._payload(request)
+        attempt = 0
+        while True:
+            retry_after: float | None = None
+            with self._lock:
+                self.http_requests += 1
+            try:
+                status, headers, body = self._post(data)
+            except (OSError, http.client.HTTPException) as e:  # URLError, timeouts, resets
+                reason = getattr(e, "reason", None) or e
+                problem = f"could not reach {self.url} ({type(e).__name__}: {reason})"
+            else:
+                if status == 200:
+                    try:
+                        return Reply(self._content(body), attempts=attempt + 1)
+                    except (ValueError, KeyError, IndexError, TypeError, AttributeError, UnicodeDecodeError):
+                        problem = f"malformed chat-completions answer from {self.url}"
+                elif status in RETRYABLE:
+                    retry_after = _retry_after(headers)
+                    problem = f"{self.url} answered HTTP {status}"
+                else:
+                    excerpt = " ".join(body[:300].decode("utf-8", "replace").split())
+                    hint = f" (is ${self.api_key_env} set?)" if status in (401, 403) else ""
+                    raise EndpointError(self.redact(f"{self.url} answered HTTP {status}{hint}: {excerpt}"))
+            if attempt >= self.retries:
+                raise EndpointError(
+                    self.redact(f"{problem}, after {attempt + 1} attempts; rerun the same command to resume")
+                )
+            with self._lock:
+                self.http_retries += 1
+            time.sleep(self._delay(attempt, retry_after))
+            attempt += 1
+
+    def generate(self, requests: list[Request]) -> list[Reply]:
+        return list(self._pool.map(self.complete, requests))
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,140 @@
+"""The attention-only transformer of seed 001 §3.1, for a group of runs.
+
+    "H^(l+1) = H^(l) + (1/m) Σ_i V_i σ((Q_i)^T K_i)  …  σ(z) = max{0, z}"   (seed 001, eq. 2)
+    "H^(0) = [x_0 … x_{n-1}; p_0 … p_{n-1}; 0 … 0]"  one-hot tokens, one-hot positions concatenated,
+    zero padding to d'  (eq. 3); "o = W_O h^(L)_{n-1}", the classifier reads the last column.
+
+Layout of the d' = ``width`` coordinates: token one-hot in [0, d), position one-hot in [d, d + n), zeros after.
+
+Weights follow TransformerLens' row-vector convention (a position's representation is a row x):
+``blocks.{l}.attn.W_QK`` [heads, d', d'] with score(query q, key k) = x_q W_QK x_kᵀ, so the paper's
+W_QK (score = x_kᵀ W x_q, eq. 2 with columns) is its transpose; ``blocks.{l}.attn.W_V`` [heads, d', d'] with
+value = x W_V (the paper's W_V transposed); ``unembed.W_U`` [d', C] with logits = h_{n-1} W_U (W_O transposed).
+There is no causal mask (the paper's attention is bidirectional) and no MLP, LayerNorm or bias.
+
+Initialisations (``init``):
+- ``paper`` (§9.1): W_QK uniform in [0, ``qk_scale``) (the paper: [0, 1)); W_V "initialised with a value of 1",
+  read as the identity (a matrix of ones would copy every coordinate into every other); W_U uniform in [0, 1).
+  For reasoning and generalisation tasks the first layer is then set to the seed's construction
+  (§13.2, §14.2, §15) by ``depthlab.constructions.seed001.paper_first_layer``, which the trainer applies.
+- ``random``: W_QK, W_V and W_U normal with standard deviation 1/√d'.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+import torch
+from pydantic import Field, field_validator, model_validator
+
+from .base import ModelOutput, ModelSpec, Override, RunStacked, TaskShapes, override_pattern, register
+
+
+@register
+class AttentionOnlySpec(ModelSpec):
+    """Parameters of the seed 001 attention-only transformer."""
+
+    name: Literal["attention_only"] = "attention_only"
+    layers: int = Field(2, ge=1, le=64, description="number of attention layers L")
+    heads: int | list[int] = Field(1, description="heads per layer: one number, or the paper's list [h1, h2, …]")
+    width: int | None = Field(None, ge=1, description="hidden size d'; None = d + n (+ what the init needs)")
+    attention: Literal["relu", "softmax"] = "relu"
+    init: Literal["paper", "random"] = "paper"
+    qk_scale: float = Field(1.0, gt=0, description="paper init: W_QK uniform in [0, qk_scale)")
+
+    family: ClassVar[type]
+
+    @field_validator("heads")
+    @classmethod
+    def _heads_positive(cls, v: int | list[int]) -> int | list[int]:
+        values = v if isinstance(v, list) else [v]
+        if not values or any(h < 1 for h in values):
+            raise ValueError("heads must be a positive number or a non-empty list of positive numbers")
+        return v
+
+    @model_validator(mode="after")
+    def _heads_match_layers(self) -> AttentionOnlySpec:
+        if isinstance(self.heads, list) and len(self.heads) != self.layers:
+            raise ValueError(f"heads lists one number per layer: got {len(self.heads)} for {self.layers} layers")
+        return self
+
+    @property
+    def heads_per_layer(self) -> list[int]:
+        return list(self.heads) if isinstance(self.heads, list) else [self.heads] * self.layers
+
+
+class AttentionOnly(RunStacked):
+    """R runs of the same attention-only transformer, parameters stacked on a leading run axis."""
+
+    def __init__(self, spec: AttentionOnlySpec, shapes: TaskShapes, n_runs: int,
+                 generators: list[torch.Generator], extra_width: int = 0) -> None:
+        super().__init__(n_runs)
+        self.spec = spec
+        self.d, self.n, self.n_classes = shapes.vocab_size, shapes.seq_len, shapes.n_classes
+        minimal = self.d + self.n + extra_width
+        self.width = spec.width if spec.width is not None else minimal
+        if self.width < self.d + self.n:
+            raise ValueError(f"model.width must be at least d + n = {self.d + self.n} for this task")
+        width = self.width
+        for layer, heads in enumerate(spec.heads_per_layer):
+            self.add(f"blocks.{layer}.attn.W_QK", self._init([heads, width, width], generators, "qk"))
+            self.add(f"blocks.{layer}.attn.W_V", self._init([heads, width, width], generators, "v"))
+        self.add("unembed.W_U", self._init([width, self.n_classes], generators, "u"))
+        positions = torch.zeros(self.n, width)
+        positions[torch.arange(self.n), self.d + torch.arange(self.n)] = 1.0
+        self.register_buffer("positions", positions, persistent=False)
+
+    def _init(self, shape: list[int], generators: list[torch.Generator], kind: str) -> torch.Tensor:
+        out = torch.empty([len(generators), *shape])
+        width = self.width if hasattr(self, "width") else shape[-1]
+        for r, gen in enumerate(generators):
+            if self.spec.init == "random":
+                out[r] = torch.randn(shape, generator=gen) / width**0.5
+            elif kind == "qk":
+                out[r] = torch.rand(shape, generator=gen) * self.spec.qk_scale
+            elif kind == "v":
+                out[r] = torch.eye(shape[-1]).expand(shape)
+            else:
+                out[r] = torch.rand(shape, generator=gen)
+        return out
+
+    @property
+    def layers(self) -> int:
+        return self.spec.layers
+
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        """H^(0) as rows: [R, B, n, d'] from token ids [R, B, n] (eq. 3)."""
+        return torch.nn.functional.one_hot(tokens, self.width).to(self.positions.dtype) + self.positions
+
+    def forward(self, tokens: torch.Tensor, capture: bool = False, override: Override | None = None) -> ModelOutput:
+        h = self.embed(tokens)
+        patterns = []
+        for layer in range(self.layers):
+            # The classifier reads only the last position, so the last layer computes only that query.
+            last_only = layer == self.layers - 1 and not capture
+            out, pattern = self.attend(layer, h, last_only, override)
+            if capture:
+                patterns.append(pattern)
+            h = h[:, :, -1:] + out if last_only else h + out
+        logits = h[:, :, -1] @ self.param("unembed.W_U")
+        return ModelOutput(logits, patterns)
+
+    def attend(self, layer: int, h: torch.Tensor, last_only: bool, override: Override | None):
+        """One layer's (1/m) Σ_i σ(scores_i) (H W_V,i) for every query (or the last), and the pattern."""
+        w_qk = self.param(f"blocks.{layer}.attn.W_QK")
+        w_v = self.param(f"blocks.{layer}.attn.W_V")
+        queries = h[:, :, -1:] if last_only else h
+        keys = h.unsqueeze(2).transpose(-1, -2)  # [R, B, 1, d', n]
+        scores = torch.einsum("rbqd,rhde->rbhqe", queries, w_qk) @ keys
+        pattern = torch.relu(scores) if self.spec.attention == "relu" else scores.softmax(dim=-1)
+        if override:
+            pattern = pattern.clone()
+            for (o_layer, head), kind in override.items():
+                if o_layer == layer:
+                    pattern[:, :, head] = override_pattern(kind, pattern[:, :, head])
+        mixed = pattern @ h.unsqueeze(2)  # [R, B, heads, q, d']: Σ_k pattern[q, k] x_k, before W_V
+        out = torch.einsum("rbhqd,rhde->rbqe", mixed, w_v) / w_v.shape[1]
+        return out, pattern
+
+
+AttentionOnlySpec.family = AttentionOnly

@@ -1,0 +1,58 @@
+"""Turn a list of runs into groups of equal shapes and train them in this process."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from ..config import RunConfig
+from ..store import Store
+from ..train.engine import group_key, train_group
+
+MEMORY_FRACTION = 0.25  # of physical memory, for the activations and state of one group
+
+
+def _physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 8 << 30
+
+
+def run_bytes(config: RunConfig) -> int:
+    """A generous estimate of one run's memory inside a group: activations, patterns, weights, optimizer."""
+    task, model, train = config.task, config.model, config.train
+    n, width = task.seq_len, len(task.vocab) + task.seq_len + 8
+    width = getattr(model, "width", None) or width
+    heads = max(getattr(model, "heads_per_layer", [1]))
+    layers = getattr(model, "layers", 1)
+    batch = max(train.batch_size, min(train.eval_examples, 8192))
+    activations = batch * layers * heads * n * (2 * width + 2 * n) * 4
+    weights = layers * heads * 2 * width * width * 4 * 4
+    return activations + weights
+
+
+def auto_group_size(config: RunConfig) -> int:
+    return max(1, min(64, int(_physical_memory() * MEMORY_FRACTION // max(run_bytes(config), 1))))
+
+
+def plan_groups(configs: list[RunConfig], group_size: int | None = None) -> list[list[RunConfig]]:
+    """Group runs that can train together (same shapes), in first-seen order, split to ``group_size``."""
+    by_key: dict[str, list[RunConfig]] = {}
+    for config in configs:
+        by_key.setdefault(group_key(config), []).append(config)
+    groups = []
+    for members in by_key.values():
+        size = group_size or auto_group_size(members[0])
+        groups.extend(members[i : i + size] for i in range(0, len(members), size))
+    return groups
+
+
+def run_local(configs: list[RunConfig], store: Store, group_size: int | None = None,
+              progress: Callable[[int], None] | None = None) -> dict[str, dict[str, Any]]:
+    """Train every run not yet done, group by group; returns final metrics by run id."""
+    results: dict[str, dict[str, Any]] = {}
+    for group in plan_groups(configs, group_size):
+        results.update(train_group(group, store, progress=progress))
+    return results

@@ -1,0 +1,188 @@
+"""The task interface, the registry, and helpers shared by every task.
+
+A task is a pydantic model: its fields are the task's parameters (named as in the seed that defines it),
+validated on construction, and its methods generate data. Every task exposes:
+
+- ``sample(n, rng, split="train") -> Batch``: ``n`` examples drawn with the numpy generator ``rng``;
+  ``split="eval"`` draws from the held-out part where the task has one (see ``eval_protocol``).
+- ``enumerate(split="eval") -> Batch | None``: the whole finite dataset (or its held-out part), or ``None``
+  when it is larger than ``ENUMERATE_LIMIT`` examples; ``dataset_size(split)`` gives its size without
+  building it.
+- ``decode(batch, i) -> str``: example ``i`` in the notation of seed 001 Table 1 (``a → 1 b → 2 a → _1``).
+- ``chance``: the accuracy of the guess the seed compares against (documented per task).
+- ``vocab`` (input token strings; token id ``t`` is ``vocab[t]``), ``labels`` (output class strings),
+  ``seq_len`` (input length n).
+
+Generation is vectorised with numpy: no Python loop per example or per token.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+ENUMERATE_LIMIT = 2_000_000
+
+SIGN = "→"  # the response sign r / the CLS token, as written in seed 001 Table 1
+
+
+@dataclass
+class Batch:
+    """A batch of examples.
+
+    inputs: int64 [B, n] token ids (or float [B, n, d] vectors for vector tasks).
+    targets: int64 [B] class / token index read at the last position (or float targets for regression).
+    meta: per-example arrays, e.g. the index c of the queried pair.
+    """
+
+    inputs: np.ndarray
+    targets: np.ndarray
+    meta: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return int(self.inputs.shape[0])
+
+    def take(self, index: np.ndarray | slice) -> Batch:
+        return Batch(self.inputs[index], self.targets[index], {k: v[index] for k, v in self.meta.items()})
+
+    @staticmethod
+    def concat(batches: list[Batch]) -> Batch:
+        keys = batches[0].meta.keys()
+        return Batch(
+            np.concatenate([b.inputs for b in batches]),
+            np.concatenate([b.targets for b in batches]),
+            {k: np.concatenate([b.meta[k] for b in batches]) for k in keys},
+        )
+
+
+class Task(BaseModel):
+    """Base class of every task. Subclasses declare fields (the parameters) and implement the methods."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: ClassVar[str]
+    section: ClassVar[str]  # where the seed defines it, e.g. "seed 001 §4.2"
+    summary: ClassVar[str]
+    # How evaluation data relates to training data, said in every table that shows this task.
+    eval_protocol: ClassVar[str] = "exhaustive dataset"
+
+    # --- shapes -------------------------------------------------------------------------------------
+    @property
+    def vocab(self) -> list[str]:
+        raise NotImplementedError
+
+    @property
+    def labels(self) -> list[str]:
+        raise NotImplementedError
+
+    @property
+    def seq_len(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def chance(self) -> float:
+        raise NotImplementedError
+
+    # --- data ---------------------------------------------------------------------------------------
+    def sample(self, n: int, rng: np.random.Generator, split: str = "train") -> Batch:
+        raise NotImplementedError
+
+    def dataset_size(self, split: str = "eval") -> int:
+        raise NotImplementedError
+
+    def enumerate(self, split: str = "eval") -> Batch | None:
+        raise NotImplementedError
+
+    def decode(self, batch: Batch, i: int) -> str:
+        tokens = [self.vocab[t] for t in batch.inputs[i]]
+        return " ".join(tokens) + " _" + self.labels[int(batch.targets[i])]
+
+    def example_tokens(self, batch: Batch, i: int) -> tuple[list[str], str]:
+        """Input token strings and target string of example ``i`` (for JSON output)."""
+        return [self.vocab[t] for t in batch.inputs[i]], self.labels[int(batch.targets[i])]
+
+
+TASKS: dict[str, type[Task]] = {}
+
+
+def register(cls: type[Task]) -> type[Task]:
+    """Class decorator: make a task available by its ``name`` everywhere (CLI, configs, sweeps)."""
+    TASKS[cls.name] = cls
+    return cls
+
+
+# --- helpers shared by tasks ----------------------------------------------------------------------------
+
+def falling_factorial(n: int, k: int) -> int:
+    """A(n, k) = n! / (n - k)!: ordered selections of k distinct elements from n (seed 001 §4.2)."""
+    return math.perm(n, k) if 0 <= k <= n else 0
+
+
+def sample_distinct(rng: np.random.Generator, n_rows: int, population: int, k: int) -> np.ndarray:
+    """``n_rows`` ordered selections of ``k`` distinct integers from ``range(population)``, vectorised.
+
+    Uses the argsort of uniform noise (a uniformly random permutation per row) truncated to k columns.
+    """
+    if k == 0:
+        return np.zeros((n_rows, 0), dtype=np.int64)
+    noise = rng.random((n_rows, population))
+    if k < population:
+        part = np.argpartition(noise, k - 1, axis=1)[:, :k]
+        order = np.argsort(np.take_along_axis(noise, part, axis=1), axis=1)
+        return np.take_along_axis(part, order, axis=1).astype(np.int64)
+    return np.argsort(noise, axis=1).astype(np.int64)
+
+
+def all_distinct_tuples(population: int, k: int) -> np.ndarray:
+    """Every ordered selection of k distinct integers from range(population), shape [A(population, k), k]."""
+    rows = np.zeros((1, 0), dtype=np.int64)
+    for _ in range(k):
+        cand = np.arange(population, dtype=np.int64)
+        grid = np.repeat(rows, population, axis=0)
+        nxt = np.tile(cand, rows.shape[0])[:, None]
+        keep = ~(grid == nxt).any(axis=1)
+        rows = np.concatenate([grid, nxt], axis=1)[keep]
+    return rows
+
+
+def split_mask(codes: np.ndarray, eval_fraction: float, split_seed: int) -> np.ndarray:
+    """True where an item (an int64 code identifying it, e.g. a sequence) belongs to the held-out split.
+
+    A seeded splitmix64 hash of the code, so membership is a pure function of the item: the same sequence
+    is held out wherever it is generated, without enumerating the dataset.
+    """
+    with np.errstate(over="ignore"):
+        z = codes.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15) * np.uint64(split_seed + 1)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    return (z >> np.uint64(11)).astype(np.float64) / float(1 << 53) < eval_fraction
+
+
+def encode_rows(rows: np.ndarray, base: int) -> np.ndarray:
+    """Each row of small non-negative ints as one int64 (base-``base`` digits); must fit in 63 bits."""
+    code = np.zeros(rows.shape[0], dtype=np.int64)
+    for j in range(rows.shape[1]):
+        code = code * base + rows[:, j]
+    return code
+
+
+def letter_names(n: int) -> list[str]:
+    """a, b, …, z, then a1, b1, …: names for question / word symbols as seed 001 Table 1 writes them."""
+    return [chr(ord("a") + i % 26) + (str(i // 26) if i >= 26 else "") for i in range(n)]
+
+
+def number_names(n: int) -> list[str]:
+    """0, 1, 2, …: names for answers and class labels as seed 001 Table 1 writes them."""
+    return [str(i) for i in range(n)]
+
+
+def check_split(split: str, allowed: tuple[str, ...] = ("train", "eval")) -> str:
+    """Return ``split`` if it is one of ``allowed``, else raise ValueError saying what is allowed."""
+    if split not in allowed:
+        raise ValueError(f"split must be one of {', '.join(map(repr, allowed))}, got {split!r}")
+    return split

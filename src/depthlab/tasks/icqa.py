@@ -1,0 +1,124 @@
+"""In-context question answering (seed 001 §4.2, "Reasoning").
+
+Seed 001 §4.2: "we sample k questions from Q, denoted as (q_{π_0}, …, q_{π_{k-1}}) and k answers (a_{π'_0},
+…, a_{π'_{k-1}}) from A. We then add the response sign r between each q_{π_i} and a_{π'_i} […]. Next, we
+randomly choose the question q_{π_c} (where c ∈ [k]) from the context block, and concatenate it with the
+final response sign […] a sequence length n = 3k+2. […] we can construct a dataset with A_{n_q}^k ·
+A_{n_a}^k · k examples."
+
+Token ids (a contract the construction modules rely on): questions 0..n_q-1 (written a, b, …), the response
+sign n_q (→), answers n_q+1..n_q+n_a (written 0, 1, …). The classifier predicts a vocabulary token (§3.1: "C
+[…] the vocabulary size for the token prediction task"), so ``labels == vocab`` and targets are answer token
+ids.
+
+Choices: π and π' are ordered selections of k *distinct* questions / answers (the count A·A·k says so), c is
+uniform in [k]. Train and eval draw from the same finite dataset: the question is reasoning, not
+generalisation. Chance is 1/k: a uniform guess among the k answers in the context, what a bag-of-tokens
+model can do and what 1-layer models reach.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from pydantic import model_validator
+
+from depthlab.tasks.base import (
+    ENUMERATE_LIMIT,
+    SIGN,
+    Batch,
+    Task,
+    all_distinct_tuples,
+    check_split,
+    falling_factorial,
+    letter_names,
+    number_names,
+    register,
+    sample_distinct,
+)
+
+SPLITS = ("train", "eval", "all")
+
+
+@register
+class InContextQA(Task):
+    name = "icqa"
+    section = "seed 001 §4.2"
+    summary = "in-context question answering: retrieve the answer paired with the query question"
+    eval_protocol = "exhaustive dataset"
+
+    k: int = 3
+    n_q: int = 8
+    n_a: int = 8
+
+    @model_validator(mode="after")
+    def _check(self) -> InContextQA:
+        if self.k < 1:
+            raise ValueError(f"k must be at least 1 (one question-answer pair in the context), got {self.k}")
+        if self.n_q < 1 or self.n_a < 1:
+            raise ValueError(f"n_q and n_a must be at least 1, got n_q={self.n_q}, n_a={self.n_a}")
+        if self.k > self.n_q:
+            raise ValueError(f"k must be at most n_q ({self.n_q}): there are only n_q distinct questions")
+        if self.k > self.n_a:
+            raise ValueError(f"k must be at most n_a ({self.n_a}): there are only n_a distinct answers")
+        return self
+
+    # --- shapes -------------------------------------------------------------------------------------
+    @property
+    def sign_id(self) -> int:
+        return self.n_q
+
+    @property
+    def answer_offset(self) -> int:
+        return self.n_q + 1
+
+    @property
+    def vocab(self) -> list[str]:
+        return [*letter_names(self.n_q), SIGN, *number_names(self.n_a)]
+
+    @property
+    def labels(self) -> list[str]:
+        return self.vocab
+
+    @property
+    def seq_len(self) -> int:
+        return 3 * self.k + 2
+
+    @property
+    def chance(self) -> float:
+        return 1.0 / self.k
+
+    # --- data ---------------------------------------------------------------------------------------
+    def _build(self, questions: np.ndarray, answers: np.ndarray, c: np.ndarray) -> Batch:
+        b, k = questions.shape
+        inputs = np.empty((b, self.seq_len), dtype=np.int64)
+        inputs[:, 0 : 3 * k : 3] = questions
+        inputs[:, 1 : 3 * k : 3] = self.sign_id
+        inputs[:, 2 : 3 * k : 3] = answers + self.answer_offset
+        rows = np.arange(b)
+        inputs[:, 3 * k] = questions[rows, c]
+        inputs[:, 3 * k + 1] = self.sign_id
+        targets = answers[rows, c] + self.answer_offset
+        return Batch(inputs, targets.astype(np.int64), {"c": c.astype(np.int64)})
+
+    def sample(self, n: int, rng: np.random.Generator, split: str = "train") -> Batch:
+        check_split(split, SPLITS)
+        questions = sample_distinct(rng, n, self.n_q, self.k)
+        answers = sample_distinct(rng, n, self.n_a, self.k)
+        c = rng.integers(0, self.k, n)
+        return self._build(questions, answers, c)
+
+    def dataset_size(self, split: str = "eval") -> int:
+        check_split(split, SPLITS)
+        return falling_factorial(self.n_q, self.k) * falling_factorial(self.n_a, self.k) * self.k
+
+    def enumerate(self, split: str = "eval") -> Batch | None:
+        """All A(n_q,k)·A(n_a,k)·k examples, ordered by questions, then answers, then c."""
+        if self.dataset_size(split) > ENUMERATE_LIMIT:
+            return None
+        qs = all_distinct_tuples(self.n_q, self.k)
+        ans = all_distinct_tuples(self.n_a, self.k)
+        n_q, n_a, k = qs.shape[0], ans.shape[0], self.k
+        qi = np.repeat(np.arange(n_q), n_a * k)
+        ai = np.tile(np.repeat(np.arange(n_a), k), n_q)
+        c = np.tile(np.arange(k), n_q * n_a)
+        return self._build(qs[qi], ans[ai], c)

@@ -1,0 +1,209 @@
+"""In-context template matching, the contextual generalization task (seed 001 §4.4).
+
+Seed 001 §4.4: "We first randomly choose k templates from T and k answers from the answer token set A […].
+Then we can consider k different substitution mapping function s_{π''_0}, …, s_{π''_{k-1}} […] X_{π_i} =
+sub(t_{π_i}, s_{π''_i}). Then, the context block is defined as B = (X_0, r, a_{π'_0}, …, X_{π_{k-1}}, r,
+a_{π'_{k-1}}). Then we randomly choose a query template t_{π_c} with c ∈ {0, …, k-1} and use a new mapping
+function s_{π''_k} to get the sequence of real-world symbols X_{π_c}. […] the desired answer should be
+a_{π'_c}." Theorem 6: n = k(l+2) + l + 1; §9.1: l = 5, n = 7k + 6, d_1 = d_2 = 100.
+
+Token ids (a contract the construction modules rely on): symbols 0..n_symbols-1 (written a, b, …), the
+response sign n_symbols (→), answers n_symbols+1..n_symbols+n_a (written 0, 1, …). The classifier predicts a
+vocabulary token, so ``labels == vocab`` and targets are answer token ids.
+
+Choices (the text leaves them open):
+
+- π is an ordered selection of k distinct templates and π' of k distinct answers (as in §4.2); c is uniform
+  in [k]; every context question has its own uniformly random injection.
+- The query's map is a *new* one: the query sequence is redrawn until it differs from context question c's
+  sequence, so the task cannot be solved by exact token matching (it reduces to §4.2 otherwise).
+- Templates, their canonical form and the held-out split are those of the template task
+  (``templates_common``): every question sequence (the k context ones and the query) of a train example is a
+  train sequence, every one of an eval example is held out. Each template must have at least 2 sequences in
+  each split (checked). ``split="all"`` ignores the split; ``eval_fraction=0`` means no held-out split
+  (train is everything, eval is empty and cannot be sampled).
+- Dataset size (distinct sequences; the sequence determines templates, maps, answers and c): with s_t the
+  sequences of template t in the split, A(n_a, k) · Σ_{π ordered distinct} Σ_c (s_{π_c} - 1) · Π_i s_{π_i},
+  computed exactly with elementary symmetric polynomials (exact when the split counts are, see template.py).
+- Chance is 1/k: a uniform guess among the k answers in the context.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+import numpy as np
+from pydantic import model_validator
+
+from depthlab.tasks.base import (
+    ENUMERATE_LIMIT,
+    SIGN,
+    Batch,
+    Task,
+    all_distinct_tuples,
+    check_split,
+    falling_factorial,
+    letter_names,
+    number_names,
+    register,
+    sample_distinct,
+)
+from depthlab.tasks.templates_common import (
+    SPLITS,
+    TemplateSpace,
+    expand,
+    ordered_product_sum,
+    resolve_templates,
+    template_string,
+)
+
+
+@register
+class InContextTemplateMatching(Task):
+    name = "ictm"
+    section = "seed 001 §4.4"
+    summary = "in-context template matching: the answer whose question has the query's template"
+    eval_protocol = "held-out substitution maps: evaluation question sequences never occur in training"
+
+    k: int = 2
+    l: int = 3
+    n_symbols: int = 16
+    n_a: int = 8
+    n_wildcards: int | None = None
+    templates: list[str] | None = None
+    eval_fraction: float = 0.25
+    split_seed: int = 0
+
+    @model_validator(mode="after")
+    def _check(self) -> InContextTemplateMatching:
+        if self.k < 1:
+            raise ValueError(f"k must be at least 1 (one question-answer pair in the context), got {self.k}")
+        if self.l < 1:
+            raise ValueError(f"l must be at least 1 (template length 0 is impossible), got {self.l}")
+        if self.n_symbols < 1:
+            raise ValueError(f"n_symbols must be at least 1, got {self.n_symbols}")
+        if self.n_wildcards is not None and self.n_wildcards < 1:
+            raise ValueError(f"n_wildcards must be at least 1 (or None: l), got {self.n_wildcards}")
+        if not 0.0 <= self.eval_fraction < 1.0:
+            raise ValueError(
+                f"eval_fraction must be in [0, 1) (0: no held-out split), got {self.eval_fraction}"
+            )
+        if self.k > self.n_a:
+            raise ValueError(f"k must be at most n_a ({self.n_a}): there are only n_a distinct answers")
+        n_templates = self.template_rows.shape[0]
+        if self.k > n_templates:
+            raise ValueError(
+                f"k must be at most the number of templates ({n_templates}): the k context questions follow "
+                f"distinct templates"
+            )
+        self.space.check_splits(min_per_split=2)
+        return self
+
+    # --- templates ----------------------------------------------------------------------------------
+    @cached_property
+    def template_rows(self) -> np.ndarray:
+        """Canonical templates [T, l] (restricted-growth form)."""
+        return resolve_templates(self.l, self.n_symbols, self.n_wildcards, self.templates)
+
+    @cached_property
+    def space(self) -> TemplateSpace:
+        return TemplateSpace(self.template_rows, self.n_symbols, self.eval_fraction, self.split_seed)
+
+    @property
+    def template_strings(self) -> list[str]:
+        return [template_string(r) for r in self.template_rows]
+
+    # --- shapes -------------------------------------------------------------------------------------
+    @property
+    def sign_id(self) -> int:
+        return self.n_symbols
+
+    @property
+    def answer_offset(self) -> int:
+        return self.n_symbols + 1
+
+    @property
+    def vocab(self) -> list[str]:
+        return [*letter_names(self.n_symbols), SIGN, *number_names(self.n_a)]
+
+    @property
+    def labels(self) -> list[str]:
+        return self.vocab
+
+    @property
+    def seq_len(self) -> int:
+        return self.k * (self.l + 2) + self.l + 1
+
+    @property
+    def chance(self) -> float:
+        return 1.0 / self.k
+
+    # --- data ---------------------------------------------------------------------------------------
+    def _build(
+        self, questions: np.ndarray, query: np.ndarray, answers: np.ndarray, c: np.ndarray, tmpl: np.ndarray
+    ) -> Batch:
+        """questions [B, k, l], query [B, l], answers [B, k] (answer indices), c [B], tmpl [B, k]."""
+        b, k, l = questions.shape
+        blocks = np.concatenate(
+            [
+                questions,
+                np.full((b, k, 1), self.sign_id, dtype=np.int64),
+                (answers + self.answer_offset)[:, :, None],
+            ],
+            axis=2,
+        ).reshape(b, k * (l + 2))
+        inputs = np.concatenate([blocks, query, np.full((b, 1), self.sign_id, dtype=np.int64)], axis=1)
+        targets = answers[np.arange(b), c] + self.answer_offset
+        meta = {"c": c.astype(np.int64), "templates": tmpl.astype(np.int64)}
+        return Batch(inputs.astype(np.int64), targets.astype(np.int64), meta)
+
+    def sample(self, n: int, rng: np.random.Generator, split: str = "train") -> Batch:
+        check_split(split, SPLITS)
+        tmpl = sample_distinct(rng, n, self.template_rows.shape[0], self.k)
+        answers = sample_distinct(rng, n, self.n_a, self.k)
+        c = rng.integers(0, self.k, n)
+        questions = np.stack([self.space.sample(rng, tmpl[:, i], split) for i in range(self.k)], axis=1)
+        rows = np.arange(n)
+        query = self.space.sample(rng, tmpl[rows, c], split, exclude=questions[rows, c])
+        return self._build(questions, query, answers, c, tmpl)
+
+    def split_counts_exact(self, split: str = "eval") -> bool:
+        return self.space.split_counts(check_split(split, SPLITS))[1]
+
+    def dataset_size(self, split: str = "eval") -> int:
+        counts = self.space.split_counts(check_split(split, SPLITS))[0]
+        pairs = ordered_product_sum(counts, [s * (s - 1) for s in counts], self.k)
+        return falling_factorial(self.n_a, self.k) * pairs
+
+    def enumerate(self, split: str = "eval") -> Batch | None:
+        """Every example of the split (tiny settings only), ordered by templates, context sequences, c, query
+        sequence, answers."""
+        if self.dataset_size(split) > ENUMERATE_LIMIT:
+            return None
+        seqs, seq_tmpl = self.space.enumerate(split)  # sorted by template
+        n_t, k = self.template_rows.shape[0], self.k
+        s = np.bincount(seq_tmpl, minlength=n_t).astype(np.int64)
+        start = np.concatenate([[0], np.cumsum(s)[:-1]]).astype(np.int64)
+        perms = all_distinct_tuples(n_t, k)
+        # context sequences: the product of the k templates' sequence lists (mixed radix, last fastest)
+        pi, local = expand(np.prod(s[perms], axis=1))
+        ctx = np.empty((pi.shape[0], k), dtype=np.int64)
+        for i in range(k - 1, -1, -1):
+            radix = s[perms[pi, i]]
+            ctx[:, i] = start[perms[pi, i]] + local % radix
+            local = local // radix
+        # queried pair c, then a query sequence of the same template other than context question c's
+        qi = np.repeat(np.arange(pi.shape[0]), k)
+        c = np.tile(np.arange(k), pi.shape[0])
+        tc = perms[pi[qi], c]
+        parent, m = expand(s[tc] - 1)
+        excluded = ctx[qi[parent], c[parent]] - start[tc[parent]]
+        query = start[tc[parent]] + m + (m >= excluded)
+        row = qi[parent]
+        c = c[parent]
+        # answers: every ordered selection, fastest
+        ans = all_distinct_tuples(self.n_a, k)
+        ri = np.repeat(np.arange(row.shape[0]), ans.shape[0])
+        ai = np.tile(np.arange(ans.shape[0]), row.shape[0])
+        questions = seqs[ctx[row[ri]]]
+        return self._build(questions, seqs[query[ri]], ans[ai], c[ri], perms[pi[row[ri]]])

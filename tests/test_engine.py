@@ -1,0 +1,101 @@
+"""The batched engine: a tiny memorization run reaches 100 %, grouped runs equal solo runs, runs leave groups."""
+
+import numpy as np
+import pytest
+
+from depthlab.config import parse_run
+from depthlab.store import Store
+from depthlab.sweep.local import plan_groups, run_local
+from depthlab.train.engine import train_group
+
+
+def config(seed=0, lr=0.05, **train):
+    raw = {
+        "task": {"name": "icqa", "k": 2, "n_q": 4, "n_a": 4},
+        "model": {"name": "attention_only", "layers": 2, "heads": 1, "attention": "softmax", "init": "random"},
+        "train": {"optimizer": "adamw", "lr": lr, "steps": 60, "batch_size": 32, "eval_every": 20, **train},
+        "seed": seed,
+    }
+    return parse_run(raw)
+
+
+def test_tiny_memorization_reaches_100_percent(tmp_path):
+    run = parse_run({
+        "task": {"name": "memorization", "n_words": 6, "length": 3, "n_examples": 24},
+        "model": {"name": "attention_only", "layers": 1, "heads": 2},
+        "train": {"optimizer": "adamw", "lr": 0.02, "steps": 600, "batch_size": 24, "eval_every": 50,
+                  "target_accuracy": 1.0},
+    })
+    store = Store(tmp_path)
+    final = train_group([run], store)[Store.run_id(run.to_dict())]
+    assert final["accuracy"] == 1.0
+    assert final["exhaustive"] and final["eval_examples"] == 24
+
+
+def test_run_alone_equals_run_in_group_of_16(tmp_path):
+    configs = [config(seed=s, lr=0.01 * (1 + s % 3)) for s in range(16)]
+    grouped = train_group(configs, Store(tmp_path / "grouped"))
+    alone_store = Store(tmp_path / "alone")
+    for c in (configs[0], configs[7], configs[15]):
+        run_id = Store.run_id(c.to_dict())
+        alone = train_group([c], alone_store)[run_id]
+        assert alone["accuracy"] == pytest.approx(grouped[run_id]["accuracy"], abs=1e-6)
+        assert alone["loss"] == pytest.approx(grouped[run_id]["loss"], rel=1e-4)
+        a = alone_store.metrics(run_id)["train"]["loss"]
+        g = Store(tmp_path / "grouped").metrics(run_id)["train"]["loss"]
+        np.testing.assert_allclose(a, g, rtol=1e-4)
+
+
+def test_runs_leave_the_group_without_disturbing_others(tmp_path):
+    # Run 0 stops early on a reachable target, run 1 diverges (huge lr), run 2 trains to the end.
+    early = config(seed=0, target_accuracy=0.01)
+    diverging = config(seed=1, lr=1e30, target_accuracy=0.01)
+    normal = config(seed=2, target_accuracy=0.01)
+    store = Store(tmp_path)
+    results = train_group([early, diverging, normal], store)
+    assert store.get_run(Store.run_id(early.to_dict()))["status"] == "done"
+    assert store.get_run(Store.run_id(diverging.to_dict()))["status"] == "diverged"
+    alone = train_group([normal], Store(tmp_path / "alone"))
+    assert results[Store.run_id(normal.to_dict())]["loss"] == pytest.approx(
+        alone[Store.run_id(normal.to_dict())]["loss"], rel=1e-4)
+
+
+def test_diverged_run_is_marked_and_sweep_goes_on(tmp_path):
+    store = Store(tmp_path)
+    bad, good = config(seed=0, lr=1e30), config(seed=1)
+    train_group([bad, good], store)
+    bad_run = store.get_run(Store.run_id(bad.to_dict()))
+    assert bad_run["status"] == "diverged" and "step" in bad_run["error"]
+    assert store.get_run(Store.run_id(good.to_dict()))["status"] == "done"
+
+
+def test_finished_runs_are_skipped(tmp_path):
+    store = Store(tmp_path)
+    configs = [config(seed=s) for s in range(2)]
+    first = run_local(configs, store)
+    steps_logged = len(store.metrics(Store.run_id(configs[0].to_dict()))["train"]["step"])
+    again = run_local(configs, store)
+    assert again == first
+    assert len(store.metrics(Store.run_id(configs[0].to_dict()))["train"]["step"]) == steps_logged
+
+
+def test_resume_from_checkpoint_continues_exactly(tmp_path):
+    whole = config(seed=3, steps=60, checkpoint_every=20)
+    full = train_group([whole], Store(tmp_path / "a"))[Store.run_id(whole.to_dict())]
+    # Stop the same run after 40 steps (a shorter run with the same stream), then resume it to 60.
+    store = Store(tmp_path / "b")
+    partial = config(seed=3, steps=40, checkpoint_every=20)
+    train_group([partial], store)
+    src = store.artifact_path(Store.run_id(partial.to_dict()), "checkpoint", "x").parent
+    dst = store.artifact_path(Store.run_id(whole.to_dict()), "checkpoint", "x").parent
+    for f in src.iterdir():
+        (dst / f.name).write_bytes(f.read_bytes())
+    resumed = train_group([whole], store)[Store.run_id(whole.to_dict())]
+    assert resumed["loss"] == pytest.approx(full["loss"], rel=1e-5)
+    assert resumed["accuracy"] == pytest.approx(full["accuracy"], abs=1e-9)
+
+
+def test_groups_form_by_shape():
+    configs = [config(seed=s) for s in range(5)] + [config(seed=0, batch_size=16)]
+    groups = plan_groups(configs, group_size=2)
+    assert [len(g) for g in groups] == [2, 2, 1, 1]

@@ -1,0 +1,103 @@
+"""The attention-only model of seed 001 §3.1: shapes, and equality with a direct transcription of eq. (2)."""
+
+import pytest
+import torch
+
+from depthlab.models import TaskShapes, build_model
+from depthlab.models.attention_only import AttentionOnlySpec
+from depthlab.train.optim import GroupOptimizer
+
+SHAPES = TaskShapes(vocab_size=7, seq_len=5, n_classes=4)
+
+
+def make(runs=3, **kw):
+    spec = AttentionOnlySpec(**kw)
+    gens = [torch.Generator().manual_seed(s) for s in range(runs)]
+    return build_model(spec, SHAPES, gens).double()
+
+
+def transcription(model, run, tokens):
+    """Eq. (2) and (3) with columns: H^(l+1) = H^(l) + (1/m) Σ_i V_i σ(Q_iᵀ K_i); o = W_O h_{n-1}."""
+    d, n, width = model.d, model.n, model.width
+    H = torch.zeros(width, n, dtype=torch.float64)
+    for j, t in enumerate(tokens):
+        H[t, j] = 1.0
+        H[d + j, j] = 1.0
+    for layer in range(model.layers):
+        w_qk = model.param(f"blocks.{layer}.attn.W_QK")[run]
+        w_v = model.param(f"blocks.{layer}.attn.W_V")[run]
+        m = w_qk.shape[0]
+        total = torch.zeros_like(H)
+        for i in range(m):
+            paper_qk = w_qk[i].T  # the paper's W_QK = W_Qᵀ W_K, score(key a, query b) = H[:, a]ᵀ W H[:, b]
+            paper_v = w_v[i].T
+            scores = H.T @ paper_qk @ H
+            sigma = torch.relu(scores) if model.spec.attention == "relu" else torch.softmax(scores, dim=0)
+            total += paper_v @ H @ sigma
+        H = H + total / m
+    return model.param("unembed.W_U")[run].T @ H[:, -1]
+
+
+@pytest.mark.parametrize("attention", ["relu", "softmax"])
+@pytest.mark.parametrize("init", ["paper", "random"])
+def test_forward_equals_equation_2(attention, init):
+    model = make(runs=3, layers=3, heads=[2, 1, 3], attention=attention, init=init, qk_scale=0.3)
+    tokens = torch.randint(0, SHAPES.vocab_size, (3, 4, SHAPES.seq_len), generator=torch.Generator().manual_seed(0))
+    out = model(tokens)
+    assert out.outputs.shape == (3, 4, SHAPES.n_classes)
+    for r in range(3):
+        for b in range(4):
+            expected = transcription(model, r, tokens[r, b].tolist())
+            torch.testing.assert_close(out.outputs[r, b], expected, rtol=1e-9, atol=1e-9)
+
+
+def test_capture_shapes_and_same_outputs():
+    model = make(layers=2, heads=[2, 3])
+    tokens = torch.randint(0, SHAPES.vocab_size, (3, 6, SHAPES.seq_len))
+    plain, captured = model(tokens), model(tokens, capture=True)
+    torch.testing.assert_close(plain.outputs, captured.outputs)
+    assert [a.shape for a in captured.attentions] == [(3, 6, 2, 5, 5), (3, 6, 3, 5, 5)]
+
+
+def test_override_with_own_pattern_changes_nothing_and_uniform_does():
+    model = make(layers=2, heads=2, attention="softmax")
+    tokens = torch.randint(0, SHAPES.vocab_size, (3, 6, SHAPES.seq_len))
+    captured = model(tokens, capture=True)
+    same = model(tokens, override={(0, 1): captured.attentions[0][:, :, 1]})
+    torch.testing.assert_close(same.outputs, captured.outputs)
+    changed = model(tokens, override={(0, 1): "uniform"})
+    assert not torch.allclose(changed.outputs, captured.outputs)
+
+
+def test_runs_are_independent_and_selectable():
+    model = make(runs=4, layers=2, heads=2)
+    tokens = torch.randint(0, SHAPES.vocab_size, (4, 3, SHAPES.seq_len))
+    before = model(tokens).outputs
+    state = model.run_state_dict(2)
+    assert state["blocks.0.attn.W_QK"].shape == (2, model.width, model.width)
+    assert state["unembed.W_U"].shape == (model.width, SHAPES.n_classes)
+    model.select_runs(torch.tensor([2, 0]))
+    after = model(tokens[[2, 0]]).outputs
+    torch.testing.assert_close(after, before[[2, 0]])
+
+
+@pytest.mark.parametrize(
+    "kind,extra", [("sgd", {"momentum": 0.9, "weight_decay": 0.01}), ("adamw", {"weight_decay": 0.1})]
+)
+def test_group_optimizer_matches_torch_optim(kind, extra):
+    torch.manual_seed(0)
+    lrs = [0.1, 0.01, 0.003]
+    stacked = torch.nn.Parameter(torch.randn(3, 4, 5))
+    singles = [torch.nn.Parameter(stacked.detach()[r].clone()) for r in range(3)]
+    group = GroupOptimizer([stacked], lrs, kind, **extra)
+    cls = torch.optim.SGD if kind == "sgd" else torch.optim.AdamW
+    refs = [cls([p], lr=lr, **extra) for p, lr in zip(singles, lrs, strict=True)]
+    for _ in range(5):
+        grads = torch.randn(3, 4, 5)
+        stacked.grad = grads.clone()
+        group.step()
+        for r, (p, opt) in enumerate(zip(singles, refs, strict=True)):
+            p.grad = grads[r].clone()
+            opt.step()
+    for r in range(3):
+        torch.testing.assert_close(stacked.detach()[r], singles[r].detach(), rtol=1e-5, atol=1e-6)
