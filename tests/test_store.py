@@ -412,3 +412,48 @@ def test_atomic_write_never_partial_for_readers(tmp_path: Path) -> None:
         stop.set()
         writer.join()
     assert [p.name for p in tmp_path.iterdir()] == ["state.bin"]
+
+
+# ------------------------------------------------------------------------------------ records
+
+
+def test_records_round_trip_replace_and_isolation(store: Store) -> None:
+    a = store.create_run(_config(seed=1), task="llm-bench", model="m")
+    b = store.create_run(_config(seed=2), task="llm-bench", model="m")
+    assert store.records(a) == {}
+    store.put_record(a, "eq/D005/000001", {"prompt": "a = 1", "replies": ["1"], "score": math.nan})
+    store.put_record(a, "eq/D005/000000", [1, 2.5, None])
+    store.put_records(b, {"k": "v", "j": {"x": math.inf}})
+    got = store.records(a)
+    assert list(got) == ["eq/D005/000000", "eq/D005/000001"]  # ordered by key
+    assert got["eq/D005/000001"] == {"prompt": "a = 1", "replies": ["1"], "score": None}
+    assert got["eq/D005/000000"] == [1, 2.5, None]
+    store.put_record(a, "eq/D005/000000", "replaced")
+    assert store.records(a)["eq/D005/000000"] == "replaced"
+    assert store.records(b) == {"j": {"x": None}, "k": "v"}
+    store.put_records(b, {})  # nothing to write is fine
+    store.delete_run(a)
+    assert store.records(a) == {}
+    assert store.records(b) == {"j": {"x": None}, "k": "v"}
+
+
+def test_records_table_added_to_an_existing_version_1_store(tmp_path: Path) -> None:
+    root = tmp_path / "old"
+    with Store(root) as s:
+        rid = s.create_run(_config(), task="t", model="m")
+    conn = sqlite3.connect(root / "depthlab.sqlite")
+    conn.execute("DROP TABLE records")  # a store written before the records table existed
+    conn.commit()
+    conn.close()
+    with Store(root) as s:
+        assert s.records(rid) == {}
+        s.put_record(rid, "q", {"ok": True})
+        assert s.records(rid) == {"q": {"ok": True}}
+        assert s.get_run(rid)["model"] == "m"
+    conn = sqlite3.connect(root / "depthlab.sqlite")
+    try:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 1
+        columns = [r[1] for r in conn.execute("PRAGMA table_info(records)")]
+        assert columns == ["run_id", "key", "value", "created"]
+    finally:
+        conn.close()

@@ -32,6 +32,7 @@ class TrainSpec(BaseModel):
     momentum: float = Field(0.0, ge=0, lt=1)
     weight_decay: float = Field(0.0, ge=0, description="AdamW: decoupled; SGD: L2 added to the gradient")
     betas: tuple[float, float] = (0.9, 0.999)
+    warmup_steps: int = Field(0, ge=0, description="linear learning-rate warm-up over this many steps")
     grad_clip: float | None = Field(None, gt=0, description="clip each run's gradient to this global norm")
     steps: int = Field(2000, ge=1, description="maximum number of optimizer steps")
     batch_size: int = Field(64, ge=1)
@@ -146,7 +147,12 @@ def set_field(raw: dict[str, Any], dotted: str, value: Any) -> None:
     """Set ``raw[a][b]… = value`` for ``dotted = "a.b…"``, creating mappings as needed."""
     keys = dotted.split(".")
     if not all(keys) or keys[0] not in (*SECTIONS, "sweep"):
-        raise UserError(f"--set {dotted}: the field must start with one of {', '.join(SECTIONS)}")
+        raise UserError(f"--set {dotted}: the field must start with one of {', '.join(SECTIONS)} or sweep")
+    if keys[0] == "sweep" and len(keys) > 1:  # sweep keys are dotted names themselves: sweep.model.layers
+        if not isinstance(raw.get("sweep"), dict):
+            raw["sweep"] = {}
+        raw["sweep"][dotted.removeprefix("sweep.")] = value
+        return
     node = raw
     for key in keys[:-1]:
         child = node.get(key)

@@ -325,7 +325,7 @@ def run_bench(
             total += 1
             key = record_key(f, d, i)
             if key not in done:
-                todo.append((key, question(f, i, config.seed, d if has_depth(f) else None, config.chains)))
+                todo.append((key, question(f, i, config.seed, d, config.chains)))
     resumed = total - len(todo)
     if progress:
         progress(resumed, total)

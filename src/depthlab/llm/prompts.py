@@ -297,8 +297,12 @@ def resolve_depth(formulation: str, depth: int | None, option: str = "--depth") 
 def check_chains(formulation: str, depth: int | None, chains: int, option: str = "--chains") -> int:
     top = max_chains(formulation, depth)
     if not 1 <= chains <= top:
-        where = f" at depth {depth}" if has_depth(formulation) else ""
-        raise UserError(f"{option}: {formulation}{where} allows 1 to {top} chains (got {chains})")
+        if has_depth(formulation):
+            raise UserError(
+                f"{option}: {formulation} at depth {depth} allows 1 to {top} chains (got {chains}); "
+                f"lower {option} or --depth"
+            )
+        raise UserError(f"{option}: {formulation} allows 1 to {top} chains (got {chains})")
     return int(chains)
 
 
@@ -468,9 +472,7 @@ def generate(
     return _GENERATORS[formulation](rng, chains=chains)
 
 
-def question_rng(
-    seed: int, formulation: str, depth: int | None, chains: int, index: int
-) -> np.random.Generator:
+def question_rng(seed: int, formulation: str, depth: int | None, chains: int, index: int) -> np.random.Generator:
     """The generator of question ``index`` of a (formulation, depth, chains) cell under ``seed``."""
     entropy = [int(seed), FORMULATIONS.index(formulation), int(depth or 0), int(chains), int(index)]
     return np.random.default_rng(entropy)

@@ -44,6 +44,7 @@ DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
 DEFAULT_LOCAL_MAX_NEW_TOKENS = 16
 MAX_RETRY_AFTER_S = 300.0
 RETRYABLE = frozenset({429, *range(500, 600)})
+_sleep = time.sleep  # the wait between retries (tests replace it)
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,7 @@ class HFRunner:
         device: str | None = None,
         dtype: str = "auto",
         trust_remote_code: bool = False,
+        quiet: bool = False,
     ) -> None:
         try:
             import torch
@@ -98,6 +100,9 @@ class HFRunner:
         if batch_size < 1:
             raise UserError(f"--batch-size: must be at least 1 (got {batch_size})")
         self._torch = torch
+        if quiet:  # no loading bars or advice on stderr (process-wide: meant for the CLI)
+            transformers.utils.logging.disable_progress_bar()
+            transformers.utils.logging.set_verbosity_error()
         path = Path(model).expanduser()
         self.model_ref = str(path.absolute()) if path.exists() else model
         try:
@@ -173,15 +178,13 @@ class HFRunner:
             groups = [batch] if len(temps) == 1 else [[r] for r in batch]
             for group in groups:
                 texts = [self.text_for(r.prompt) for r in group]
-                enc = self.tokenizer(
-                    texts, return_tensors="pt", padding=True, add_special_tokens=not self.chat
-                ).to(self.device)
+                enc = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=not self.chat).to(
+                    self.device
+                )
                 enc.pop("token_type_ids", None)
                 torch.manual_seed(group[0].seed)
                 with torch.inference_mode():
-                    out = self.lm.generate(
-                        **enc, generation_config=self._generation_config(group[0].temperature)
-                    )
+                    out = self.lm.generate(**enc, generation_config=self._generation_config(group[0].temperature))
                 new = out[:, enc["input_ids"].shape[1] :]
                 for row in self.tokenizer.batch_decode(new, skip_special_tokens=True):
                     text = row if self.chat else (row.lstrip().split("\n", 1)[0] if row.strip() else "")
@@ -199,9 +202,7 @@ def chat_url(base_url: str) -> str:
     """``<base URL>/chat/completions`` (a URL that already ends so is kept); rejects credentials in it."""
     parts = urllib.parse.urlsplit(base_url.strip())
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UserError(
-            f"--endpoint: expected an http(s) URL such as http://localhost:8000/v1 (got {base_url!r})"
-        )
+        raise UserError(f"--endpoint: expected an http(s) URL such as http://localhost:8000/v1 (got {base_url!r})")
     if parts.username or parts.password:
         raise UserError(
             "--endpoint: put the API key in the environment variable named by --api-key-env, not in the URL"
@@ -249,9 +250,7 @@ class EndpointRunner:
         max_backoff: float = 60.0,
     ) -> None:
         if not model_name:
-            raise UserError(
-                "--model-name: required with --endpoint (the model the server should answer with)"
-            )
+            raise UserError("--model-name: required with --endpoint (the model the server should answer with)")
         if concurrency < 1:
             raise UserError(f"--concurrency: must be at least 1 (got {concurrency})")
         if timeout <= 0:
@@ -374,7 +373,7 @@ class EndpointRunner:
                 )
             with self._lock:
                 self.http_retries += 1
-            time.sleep(self._delay(attempt, retry_after))
+            _sleep(self._delay(attempt, retry_after))
             attempt += 1
 
     def generate(self, requests: list[Request]) -> list[Reply]:

@@ -26,7 +26,7 @@ from ..constructions.seed001 import paper_first_layer
 from ..models import TaskShapes, build_model
 from ..store import Store
 from ..tasks import Batch, Task
-from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from .checkpoint import WEIGHTS, CheckpointError, load_checkpoint, save_checkpoint
 from .optim import GroupOptimizer
 
 EXHAUSTIVE_EVAL_LIMIT = 400_000  # evaluate on the whole dataset when it has at most this many examples
@@ -123,6 +123,144 @@ class _Run:
         self.correct = 0.0
         self.seen = 0
 
+    @property
+    def at_end(self) -> bool:
+        return self.step >= self.config.train.steps
+
+    def log_point(self) -> bool:
+        return self.step % self.config.train.eval_every == 0 or self.at_end
+
+    def take_train_metrics(self) -> dict[str, float]:
+        out = {"loss": self.loss_sum / max(self.seen, 1), "accuracy": self.correct / max(self.seen, 1)}
+        self.loss_sum = self.correct = 0.0
+        self.seen = 0
+        return out
+
+
+class Group:
+    """The runs of one group while they train: the stacked model, the optimizer, and each run's state."""
+
+    def __init__(self, configs: list[tuple[RunConfig, str]], store: Store, group_size: int) -> None:
+        first = configs[0][0]
+        self.task, self.train, self.store, self.group_size = first.task, first.train, store, group_size
+        task = self.task
+        shapes = TaskShapes(len(task.vocab), task.seq_len, len(task.labels))
+        generators = [torch.Generator().manual_seed(c.seed) for c, _ in configs]
+        construction = paper_first_layer(task, first.model)
+        options = {"extra_width": construction.extra_width} if construction else {}
+        self.model = build_model(first.model, shapes, generators, **options)
+        if construction:
+            construction.apply(self.model)
+        self.names = list(self.model.tl_names.values())
+        t = self.train
+        self.opt = GroupOptimizer(list(self.model.parameters()), [c.train.lr for c, _ in configs], t.optimizer,
+                                  t.momentum, t.weight_decay, t.betas, grad_clip=t.grad_clip,
+                                  warmup_steps=t.warmup_steps)
+        self.runs = [_Run(c, i, store.artifact_path(i, "checkpoint", WEIGHTS).parent) for c, i in configs]
+        self.evaluation, self.exhaustive = eval_set(task)
+        order = np.random.default_rng(EVAL_SEED).permutation(len(self.evaluation))
+        self.probe = self.evaluation.take(order[: t.eval_examples])
+        self.autocast = torch.autocast("cpu", dtype=torch.bfloat16) if t.precision == "bf16" else nullcontext()
+        self.started = time.perf_counter()
+        self.results: dict[str, dict[str, Any]] = {}
+
+    # --- one step for every run ---------------------------------------------------------------------
+    def step(self) -> None:
+        batches = [run.stream.next() for run in self.runs]
+        x = torch.from_numpy(np.stack([b.inputs for b in batches]))
+        y = torch.from_numpy(np.stack([b.targets for b in batches]))
+        with self.autocast:
+            logits = self.model(x).outputs
+        losses = run_loss(logits, y)
+        self.opt.zero_grad()
+        losses.sum().backward()
+        self.opt.step()
+        step_loss = losses.detach().tolist()
+        step_correct = (logits.detach().argmax(-1) == y).sum(1).tolist()
+        for r, run in enumerate(self.runs):
+            run.step += 1
+            run.loss_sum += step_loss[r] * y.shape[1]
+            run.correct += step_correct[r]
+            run.seen += y.shape[1]
+
+    # --- metrics, early stop, divergence, checkpoints -----------------------------------------------
+    def after_step(self) -> None:
+        for r, run in enumerate(self.runs):
+            every = run.config.train.checkpoint_every
+            if every and run.step % every == 0 and not run.at_end:
+                self.save(r)
+        logging = [r for r, run in enumerate(self.runs) if run.log_point()]
+        if not logging:
+            return
+        eval_loss, eval_acc = evaluate(self.model, self.probe, self.autocast)
+        rows, diverged, done = [], [], []
+        for r in logging:
+            run = self.runs[r]
+            train = run.take_train_metrics()
+            rows.append((run.id, run.step, "train", train))
+            rows.append((run.id, run.step, "eval", {"loss": float(eval_loss[r]), "accuracy": float(eval_acc[r])}))
+            target = run.config.train.target_accuracy
+            if not (math.isfinite(train["loss"]) and math.isfinite(float(eval_loss[r]))):
+                diverged.append(r)
+            elif run.at_end or (target is not None and float(eval_acc[r]) >= target):
+                done.append(r)
+        self.store.log_metrics_many(rows)
+        for r in diverged:
+            run = self.runs[r]
+            self.store.set_status(run.id, "diverged", step=run.step, error=f"non-finite loss at step {run.step}")
+        if done:
+            self.finish(done)
+        self.leave(diverged + done)
+
+    def finish(self, indices: list[int]) -> None:
+        """Final evaluation on the whole evaluation set, a checkpoint, and the final row, for these runs."""
+        if not indices:
+            return
+        loss, acc = evaluate(self.model, self.evaluation, self.autocast)
+        for r in indices:
+            run = self.runs[r]
+            self.save(r)
+            final = {
+                "accuracy": float(acc[r]), "loss": float(loss[r]), "steps": run.step, "chance": self.task.chance,
+                "eval_examples": len(self.evaluation), "exhaustive": self.exhaustive,
+                "eval_protocol": self.task.eval_protocol, "seconds": round(time.perf_counter() - self.started, 3),
+                "group_size": self.group_size, "threads": torch.get_num_threads(), "precision": self.train.precision,
+            }
+            self.store.add_artifact(run.id, "checkpoint", WEIGHTS, {"step": run.step})
+            self.store.finish_run(run.id, final, status="done", step=run.step)
+            self.results[run.id] = final
+
+    def leave(self, indices: list[int]) -> None:
+        """Drop these runs from every tensor of the group; the others continue untouched."""
+        if not indices:
+            return
+        keep = [r for r in range(len(self.runs)) if r not in indices]
+        index = torch.tensor(keep, dtype=torch.long)
+        self.model.select_runs(index)
+        self.opt.select_runs(index, list(self.model.parameters()))
+        self.runs = [self.runs[r] for r in keep]
+
+    def save(self, r: int) -> None:
+        run = self.runs[r]
+        tensors = {**self.model.run_state_dict(r), **self.opt.run_state_dict(r, self.names)}
+        save_checkpoint(run.folder, tensors, run.step, {"run_id": run.id, "stream": run.stream.state()})
+
+    def resume(self, r: int) -> None:
+        """Continue run r from its checkpoint, if it has one (weights, optimizer, data stream, step)."""
+        run = self.runs[r]
+        try:
+            loaded = load_checkpoint(run.folder)
+        except CheckpointError as e:
+            self.store.set_status(run.id, "failed", error=str(e))
+            raise
+        if loaded is None:
+            return
+        tensors, meta = loaded
+        self.model.load_run_state_dict(r, {k: v for k, v in tensors.items() if not k.startswith("optimizer.")})
+        self.opt.load_run_state_dict(r, self.names, tensors)
+        run.stream.restore(meta["stream"])
+        run.step = int(meta["step"])
+
 
 def train_group(configs: list[RunConfig], store: Store, progress: Callable[[int], None] | None = None,
                 resume: bool = True) -> dict[str, dict[str, Any]]:
@@ -132,149 +270,32 @@ def train_group(configs: list[RunConfig], store: Store, progress: Callable[[int]
     """
     if len({group_key(c) for c in configs}) != 1:
         raise ValueError("train_group: runs of one group must share everything but seed and lr")
-    first = configs[0]
-    task, spec, train = first.task, first.model, first.train
-    ids = [store.create_run(c.to_dict(), task.name, spec.name) for c in configs]
-    todo = [(c, i) for c, i in zip(configs, ids, strict=True) if store.get_run(i)["status"] != "done"]
-    results = {i: store.get_run(i)["final"] for i in ids if i not in {t[1] for t in todo}}
+    ids = [store.create_run(c.to_dict(), c.task.name, c.model.name) for c in configs]
+    records = {i: store.get_run(i) for i in ids}
+    results = {i: records[i]["final"] for i in ids if records[i]["status"] == "done"}
+    todo = [(c, i) for c, i in zip(configs, ids, strict=True) if i not in results]
     if not todo:
         return results
-
-    shapes = TaskShapes(len(task.vocab), task.seq_len, len(task.labels))
-    generators = [torch.Generator().manual_seed(c.seed) for c, _ in todo]
-    construction = paper_first_layer(task, spec)
-    options = {"extra_width": construction.extra_width} if construction else {}
-    model = build_model(spec, shapes, generators, **options)
-    if construction:
-        construction.apply(model)
-    names = list(model.tl_names.values())
-    opt = GroupOptimizer(list(model.parameters()), [c.train.lr for c, _ in todo], train.optimizer,
-                         train.momentum, train.weight_decay, train.betas, grad_clip=train.grad_clip)
-    runs = [_Run(c, i, store.artifact_path(i, "checkpoint", "x").parent) for c, i in todo]
-    for r, run in enumerate(runs):
-        if resume:
-            _resume(run, r, model, opt, names, store)
-
-    evaluation, exhaustive = eval_set(task)
-    probe = evaluation.take(np.random.default_rng(EVAL_SEED).permutation(len(evaluation))[: train.eval_examples])
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16) if train.precision == "bf16" else nullcontext()
-    started = time.perf_counter()
-    for run in runs:
+    group = Group(todo, store, len(configs))
+    if resume:
+        for r in range(len(group.runs)):
+            group.resume(r)
+    group.finish([r for r, run in enumerate(group.runs) if run.at_end])  # stopped after the last checkpoint
+    group.leave([r for r, run in enumerate(group.runs) if run.at_end])
+    for run in group.runs:
         store.set_status(run.id, "running", step=run.step)
-
-    def leave(indices: list[int]) -> None:
-        keep = torch.tensor([r for r in range(len(runs)) if r not in indices], dtype=torch.long)
-        model.select_runs(keep)
-        opt.select_runs(keep, list(model.parameters()))
-        runs[:] = [runs[r] for r in keep.tolist()]
-
-    def finish(indices: list[int], status: str) -> None:
-        if status == "done":
-            loss, acc = evaluate(model, evaluation, autocast)
-        for r in indices:
-            run = runs[r]
-            _save(run, r, model, opt, names)
-            final = {
-                "accuracy": float(acc[r]) if status == "done" else None,
-                "loss": float(loss[r]) if status == "done" else None,
-                "steps": run.step, "chance": task.chance, "eval_examples": len(evaluation),
-                "exhaustive": exhaustive, "eval_protocol": task.eval_protocol,
-                "seconds": round(time.perf_counter() - started, 3), "group_size": len(configs),
-                "threads": torch.get_num_threads(), "precision": train.precision,
-            }
-            store.add_artifact(run.id, "checkpoint", "checkpoint.safetensors", {"step": run.step})
-            store.finish_run(run.id, final, status=status, step=run.step)
-            results[run.id] = final
-        leave(indices)
-
     try:
-        while runs:
-            batches = [run.stream.next() for run in runs]
-            x = torch.from_numpy(np.stack([b.inputs for b in batches]))
-            y = torch.from_numpy(np.stack([b.targets for b in batches]))
-            with autocast:
-                logits = model(x).outputs
-            losses = run_loss(logits, y)
-            opt.zero_grad()
-            losses.sum().backward()
-            opt.step()
-            with torch.no_grad():
-                step_loss = losses.detach().tolist()
-                step_correct = (logits.argmax(-1) == y).float().sum(1).tolist()
-            for r, run in enumerate(runs):
-                run.step += 1
-                run.loss_sum += step_loss[r] * len(batches[r])
-                run.correct += step_correct[r]
-                run.seen += len(batches[r])
+        while group.runs:
+            group.step()
             if progress:
-                progress(len(runs))
-            _log_and_stop(runs, model, probe, autocast, store, finish, opt, names)
+                progress(len(group.runs))
+            group.after_step()
     except KeyboardInterrupt:
-        for run in runs:
+        for run in group.runs:
             store.set_status(run.id, "interrupted", step=run.step)
         raise
     except Exception as e:
-        for run in runs:
+        for run in group.runs:
             store.set_status(run.id, "failed", step=run.step, error=f"{type(e).__name__}: {e}")
         raise
-    return results
-
-
-def _log_and_stop(runs, model, probe, autocast, store, finish, opt, names) -> None:
-    """At each run's log point: log metrics, then let runs that are done, diverged or on target leave."""
-    logging = [r for r, run in enumerate(runs) if run.step % run.config.train.eval_every == 0
-               or run.step >= run.config.train.steps]
-    for r, run in enumerate(runs):
-        every = run.config.train.checkpoint_every
-        if every and run.step % every == 0 and run.step < run.config.train.steps:
-            _save(run, r, model, opt, names)
-    if not logging:
-        return
-    eval_loss, eval_acc = evaluate(model, probe, autocast)
-    rows, diverged, done = [], [], []
-    for r in logging:
-        run = runs[r]
-        train_loss = run.loss_sum / max(run.seen, 1)
-        rows.append((run.id, run.step, "train", {"loss": train_loss, "accuracy": run.correct / max(run.seen, 1)}))
-        rows.append((run.id, run.step, "eval", {"loss": float(eval_loss[r]), "accuracy": float(eval_acc[r])}))
-        run.loss_sum = run.correct = 0.0
-        run.seen = 0
-        target = run.config.train.target_accuracy
-        if not (math.isfinite(train_loss) and math.isfinite(float(eval_loss[r]))):
-            diverged.append(r)
-        elif run.step >= run.config.train.steps or (target is not None and float(eval_acc[r]) >= target):
-            done.append(r)
-    store.log_metrics_many(rows)
-    # Leave in two calls; indices refer to the group before either call, so the later set is remapped.
-    if diverged:
-        for r in diverged:
-            store.set_status(runs[r].id, "diverged", step=runs[r].step, error=f"non-finite loss at step {runs[r].step}")
-        stay = [r for r in range(len(runs)) if r not in diverged]
-        keep = torch.tensor(stay, dtype=torch.long)
-        model.select_runs(keep)
-        opt.select_runs(keep, list(model.parameters()))
-        done = [stay.index(r) for r in done]
-        runs[:] = [runs[r] for r in stay]
-    if done:
-        finish(done, "done")
-
-
-def _save(run: _Run, r: int, model, opt: GroupOptimizer, names: list[str]) -> None:
-    tensors = {**model.run_state_dict(r), **opt.run_state_dict(r, names)}
-    save_checkpoint(run.folder, tensors, run.step, {"run_id": run.id, "stream": run.stream.state()})
-
-
-def _resume(run: _Run, r: int, model, opt: GroupOptimizer, names: list[str], store: Store) -> None:
-    try:
-        loaded = load_checkpoint(run.folder)
-    except CheckpointError as e:
-        store.set_status(run.id, "failed", error=str(e))
-        raise
-    if loaded is None:
-        return
-    tensors, meta = loaded
-    weights = {k: v for k, v in tensors.items() if not k.startswith("optimizer.")}
-    model.load_run_state_dict(r, weights)
-    opt.load_run_state_dict(r, names, tensors)
-    run.stream.restore(meta["stream"])
-    run.step = int(meta["step"])
+    return {**results, **group.results}

@@ -14,9 +14,10 @@ import torch
 class GroupOptimizer:
     def __init__(self, params: list[torch.nn.Parameter], lrs: list[float], kind: str, momentum: float = 0.0,
                  weight_decay: float = 0.0, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-                 grad_clip: float | None = None) -> None:
+                 grad_clip: float | None = None, warmup_steps: int = 0) -> None:
         self.params = params
         self.grad_clip = grad_clip
+        self.warmup_steps = warmup_steps
         self.kind = kind
         self.momentum, self.weight_decay, self.betas, self.eps = momentum, weight_decay, betas, eps
         self.lr = torch.tensor(lrs, dtype=torch.float32)
@@ -40,10 +41,13 @@ class GroupOptimizer:
         if self.grad_clip is not None:
             self.clip()
         self.steps += 1
+        lrs = self.lr
+        if self.warmup_steps:  # linear warm-up from lr / warmup_steps to lr
+            lrs = lrs * (self.steps / self.warmup_steps).clamp(max=1.0).float()
         for p, state in zip(self.params, self.state, strict=True):
             if p.grad is None:
                 continue
-            lr = self._per_run(self.lr, p)
+            lr = self._per_run(lrs, p)
             if self.kind == "sgd":
                 grad = p.grad if self.weight_decay == 0 else p.grad + self.weight_decay * p
                 if self.momentum:
