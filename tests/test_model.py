@@ -101,3 +101,22 @@ def test_group_optimizer_matches_torch_optim(kind, extra):
             opt.step()
     for r in range(3):
         torch.testing.assert_close(stacked.detach()[r], singles[r].detach(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("positional", ["learned", "sinusoidal", "rotary", "onehot"])
+def test_transformer_shapes_causality_and_run_independence(positional):
+    from depthlab.models.transformer import TransformerSpec
+
+    spec = TransformerSpec(layers=2, heads=2, width=16, positional=positional)
+    gens = [torch.Generator().manual_seed(s) for s in range(3)]
+    model = build_model(spec, SHAPES, gens).double()
+    tokens = torch.randint(0, SHAPES.vocab_size, (3, 4, SHAPES.seq_len))
+    out = model(tokens, capture=True)
+    assert out.outputs.shape == (3, 4, SHAPES.n_classes)
+    assert [a.shape for a in out.attentions] == [(3, 4, 2, 5, 5)] * 2
+    assert torch.all(out.attentions[0].triu(1) == 0)  # causal
+    torch.testing.assert_close(out.attentions[1].sum(-1), torch.ones(3, 4, 2, 5, dtype=torch.float64))
+    single = build_model(spec, SHAPES, [torch.Generator().manual_seed(1)]).double()
+    torch.testing.assert_close(single(tokens[1:2]).outputs, out.outputs[1:2])
+    same = model(tokens, override={(1, 0): out.attentions[1][:, :, 0]})
+    torch.testing.assert_close(same.outputs, out.outputs)

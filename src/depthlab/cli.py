@@ -261,6 +261,37 @@ def _print_capability(rows: list[dict[str, Any]], title: str) -> None:
     Console().print(table)
 
 
+@app.command()
+def bench(runs: Annotated[str, typer.Option(help="group sizes to measure, comma-separated")] = "1,4,16,64",
+          case: Annotated[list[str] | None, typer.Option(help="icqa-quick, icqa-paper or retrieval")] = None,
+          seconds: Annotated[float, typer.Option(min=0.1, help="minimum seconds per measurement")] = 2.0,
+          json_out: JsonOpt = False) -> None:
+    """Measure the batched engine against a plain loop and the machine's peak (see benchmarks/)."""
+    from .train.throughput import CASES, run_benchmark
+
+    known = [c.name for c in CASES]
+    for name in case or []:
+        if name not in known:
+            raise UserError(f"--case: unknown case {name!r}; allowed: {', '.join(known)}")
+    try:
+        counts = [int(x) for x in runs.split(",")]
+    except ValueError:
+        raise UserError(f"--runs: expected comma-separated integers, e.g. 1,4,16 (got {runs!r})") from None
+    if not counts or min(counts) < 1:
+        raise UserError(f"--runs: group sizes must be positive integers (got {runs!r})")
+    threads = setup_threads()
+    show = None if json_out else (lambda row: console.print(
+        f"{row['name']:<11} {row['precision']} R={row['runs']:<3} plain {row['plain_examples_per_s']:>10,.0f}/s "
+        f"engine {row['engine_examples_per_s']:>10,.0f}/s  ×{row['speedup']:<6} "
+        f"{row['fraction_of_peak']:.0%} of peak  data {row['data_fraction']:.1%}"))
+    result = run_benchmark(counts, case, seconds, progress=show)
+    if json_out:
+        emit(result)
+        return
+    console.print(f"peak fp32 {result['peak_gflops']} GFLOP/s, bf16 {result['peak_gflops_bf16']} GFLOP/s, "
+                  f"{threads} threads")
+
+
 def main() -> None:
     try:
         app(standalone_mode=False)

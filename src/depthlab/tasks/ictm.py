@@ -63,7 +63,7 @@ class InContextTemplateMatching(Task):
     name = "ictm"
     section = "seed 001 §4.4"
     summary = "in-context template matching: the answer whose question has the query's template"
-    eval_protocol = "held-out substitution maps: evaluation question sequences never occur in training"
+    eval_protocol = "held-out substitution maps: no evaluation question sequence occurs in training"
 
     k: int = 2
     l: int = 3

@@ -42,7 +42,7 @@ class Memorization(Task):
     name = "memorization"
     section = "seed 001 §4.1"
     summary = "sequence classification: N distinct random sequences, each with its own label"
-    eval_protocol = "training set (memorization: the question is whether the N sequences are stored)"
+    eval_protocol = "the training set (the question is whether the N sequences are stored)"
 
     n_words: int = 8
     length: int = 3

@@ -1,0 +1,167 @@
+"""Throughput of the batched engine against a plain one-run-at-a-time loop, and against the machine's peak.
+
+Measured in one process, one case after another, so every ratio compares numbers taken minutes apart on
+the same machine. Used by ``benchmarks/throughput.py`` and ``depthlab bench``.
+
+- peak: median rate of 2048×2048 matrix products (fp32 and bf16);
+- plain loop: the same model class with one run, ``torch.optim`` (the config's optimizer), batches drawn from
+  the task as the engine draws them (vectorised, a chunk of steps per call) — a careful hand-written loop;
+- engine: ``Group.step`` for R runs stacked on the run axis, data streams included.
+
+FLOPs count the matrix products the model executes (forward, and twice that for backward).
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..config import RunConfig, parse_run
+from ..models import TaskShapes, build_model
+from ..store import Store
+from .engine import DataStream, Group, run_loss
+
+
+@dataclass
+class Case:
+    name: str
+    raw: dict[str, Any]
+    note: str
+
+
+CASES = [
+    Case("icqa-quick", {
+        "task": {"name": "icqa", "k": 3, "n_q": 8, "n_a": 8},
+        "model": {"name": "attention_only", "layers": 2, "heads": 1, "init": "random"},
+        "train": {"optimizer": "sgd", "lr": 0.01, "batch_size": 64},
+    }, "seed 001 IC-QA at the quick preset's sizes: d = 8 + 8 + 1, n = 11, d' = 28, 2 layers, batch 64"),
+    Case("icqa-paper", {
+        "task": {"name": "icqa", "k": 3, "n_q": 100, "n_a": 100},
+        "model": {"name": "attention_only", "layers": 2, "heads": 1, "init": "random"},
+        "train": {"optimizer": "sgd", "lr": 0.01, "batch_size": 64},
+    }, "seed 001 IC-QA at the paper's sizes: d = 100 + 100 + 1, k = 3, d' = 212, 2 layers, batch 64"),
+    Case("retrieval", {
+        "task": {"name": "icqa", "k": 9, "n_q": 16, "n_a": 16},
+        "model": {"name": "transformer", "layers": 4, "heads": 8, "width": 128},
+        "train": {"optimizer": "adamw", "lr": 0.001, "batch_size": 128},
+    }, "seed 002 §7.1 GPT-style shapes: width 128, 8 heads, MLP, 4 layers, sequences of 29 tokens "
+       "(N = 4, D = 3 gives 28), batch 128; token inputs stand in for the vector task"),
+]
+
+
+def peak_gflops(dtype: torch.dtype, size: int = 2048, repeats: int = 5) -> float:
+    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+    a @ b  # warm-up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        a @ b
+        times.append(time.perf_counter() - start)
+    return 2 * size**3 / statistics.median(times) / 1e9
+
+
+def forward_flops(config: RunConfig) -> float:
+    """Matrix-product FLOPs of one example's forward pass, as the model computes it."""
+    task, m = config.task, config.model
+    n, d_vocab, classes = task.seq_len, len(task.vocab), len(task.labels)
+    if m.name == "attention_only":
+        w = m.width or d_vocab + n
+        flops = 0.0
+        for layer, h in enumerate(m.heads_per_layer):
+            q = 1 if layer == m.layers - 1 else n  # the last layer computes only the read-out query
+            flops += h * (2 * q * w * w + 2 * q * n * w + 2 * q * n * w + 2 * q * w * w)
+        return flops + 2 * w * classes
+    d, inner = m.width, m.heads * m.head_size
+    per_layer = 3 * 2 * n * d * inner + 2 * 2 * n * n * inner + 2 * n * inner * d
+    if m.mlp:
+        per_layer += 2 * 2 * n * d * (m.d_mlp or 4 * d)
+    return m.layers * per_layer + 2 * d * classes
+
+
+def _configs(case: Case, runs: int, precision: str) -> list[RunConfig]:
+    return [parse_run({**case.raw, "train": {**case.raw["train"], "precision": precision, "steps": 10**6,
+                                             "eval_every": 10**6}, "seed": s}) for s in range(runs)]
+
+
+def _time(fn, min_seconds: float) -> tuple[int, float]:
+    fn()  # warm-up
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < min_seconds:
+        fn()
+        steps += 1
+    return steps, time.perf_counter() - start
+
+
+def plain_loop(config: RunConfig, min_seconds: float) -> float:
+    """Examples per second of one run trained alone, written as a careful hand loop."""
+    task = config.task
+    shapes = TaskShapes(len(task.vocab), task.seq_len, len(task.labels))
+    model = build_model(config.model, shapes, [torch.Generator().manual_seed(0)])
+    t = config.train
+    opt = (torch.optim.SGD(model.parameters(), lr=t.lr) if t.optimizer == "sgd"
+           else torch.optim.AdamW(model.parameters(), lr=t.lr, weight_decay=t.weight_decay))
+    stream = DataStream(task, 0, t.batch_size)  # the engine's chunked sampling, so data costs the same
+    batch = t.batch_size
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16) if config.train.precision == "bf16" else None
+
+    def step() -> None:
+        data = stream.next()
+        x, y = torch.from_numpy(data.inputs)[None], torch.from_numpy(data.targets)[None]
+        if autocast:
+            with autocast:
+                logits = model(x).outputs
+        else:
+            logits = model(x).outputs
+        opt.zero_grad()
+        run_loss(logits, y).sum().backward()
+        opt.step()
+
+    steps, seconds = _time(step, min_seconds)
+    return steps * batch / seconds
+
+
+def engine(configs: list[RunConfig], min_seconds: float) -> tuple[float, float]:
+    """Examples per second of the engine training ``configs`` as one group, and the data-generation share."""
+    with tempfile.TemporaryDirectory() as folder:
+        group = Group([(c, Store.run_id(c.to_dict())) for c in configs], Store(folder), len(configs))
+        steps, seconds = _time(group.step, min_seconds)
+        data_seconds = 0.0
+        for _ in range(max(steps, 1)):
+            start = time.perf_counter()
+            batches = [run.stream.next() for run in group.runs]
+            torch.from_numpy(np.stack([b.inputs for b in batches]))
+            data_seconds += time.perf_counter() - start
+    examples = steps * len(configs) * configs[0].train.batch_size
+    return examples / seconds, data_seconds / seconds
+
+
+def run_benchmark(run_counts: list[int], cases: list[str] | None = None, min_seconds: float = 2.0,
+                  progress=None) -> dict[str, Any]:
+    peak = peak_gflops(torch.float32)
+    peak_bf16 = peak_gflops(torch.bfloat16)
+    rows = []
+    chosen = [c for c in CASES if cases is None or c.name in cases]
+    plan = [(c, p) for c in chosen for p in (["fp32", "bf16"] if c.name == "icqa-paper" else ["fp32"])]
+    for case, precision in plan:
+        base = _configs(case, 1, precision)[0]
+        plain = plain_loop(base, min_seconds)
+        flops = 3 * forward_flops(base)
+        for runs in run_counts:
+            rate, data_share = engine(_configs(case, runs, precision), min_seconds)
+            rows.append({
+                "name": case.name, "precision": precision, "runs": runs,
+                "plain_examples_per_s": round(plain, 1), "engine_examples_per_s": round(rate, 1),
+                "speedup": round(rate / plain, 2), "engine_gflops": round(rate * flops / 1e9, 1),
+                "fraction_of_peak": round(rate * flops / 1e9 / peak, 3), "data_fraction": round(data_share, 4),
+            })
+            if progress:
+                progress(rows[-1])
+    return {"peak_gflops": round(peak, 1), "peak_gflops_bf16": round(peak_bf16, 1),
+            "threads": torch.get_num_threads(), "cases": rows,
+            "notes": {c.name: c.note for c in chosen}}

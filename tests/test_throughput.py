@@ -1,0 +1,29 @@
+"""The throughput benchmark runs and reports what it promises (a smoke test: no timing is asserted)."""
+
+import json
+
+from typer.testing import CliRunner
+
+from depthlab.cli import app
+from depthlab.config import parse_run
+from depthlab.train.throughput import CASES, forward_flops
+
+
+def test_flop_count_of_the_attention_only_model():
+    config = parse_run(CASES[1].raw)  # icqa-paper: n = 11, d' = 212, 2 layers, 1 head, C = 201
+    n, w, c = 11, 212, 201
+    full = 2 * n * w * w + 4 * n * n * w + 2 * n * w * w
+    last = 2 * w * w + 4 * n * w + 2 * w * w
+    assert forward_flops(config) == full + last + 2 * w * c
+
+
+def test_bench_json_shape():
+    result = CliRunner().invoke(app, ["bench", "--runs", "1,2", "--case", "icqa-quick", "--seconds", "0.1", "--json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["peak_gflops"] > 0 and out["peak_gflops_bf16"] > 0 and out["threads"] >= 1
+    assert [(r["name"], r["precision"], r["runs"]) for r in out["cases"]] == [
+        ("icqa-quick", "fp32", 1), ("icqa-quick", "fp32", 2)]
+    for row in out["cases"]:
+        assert row["plain_examples_per_s"] > 0 and row["engine_examples_per_s"] > 0
+        assert 0 <= row["data_fraction"] < 1
