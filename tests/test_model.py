@@ -120,3 +120,12 @@ def test_transformer_shapes_causality_and_run_independence(positional):
     torch.testing.assert_close(single(tokens[1:2]).outputs, out.outputs[1:2])
     same = model(tokens, override={(1, 0): out.attentions[1][:, :, 0]})
     torch.testing.assert_close(same.outputs, out.outputs)
+
+
+def test_single_thread_matmul_gradients_with_broadcasting():
+    from depthlab.models.base import _SingleThreadMatmul
+
+    a = torch.randn(2, 3, 4, 5, 6, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(2, 3, 1, 6, 5, dtype=torch.float64, requires_grad=True)  # broadcast over heads
+    assert torch.autograd.gradcheck(_SingleThreadMatmul.apply, (a, b))
+    torch.testing.assert_close(_SingleThreadMatmul.apply(a, b), a @ b)

@@ -27,7 +27,16 @@ from typing import ClassVar, Literal
 import torch
 from pydantic import Field, field_validator, model_validator
 
-from .base import ModelOutput, ModelSpec, Override, RunStacked, TaskShapes, override_pattern, register
+from .base import (
+    ModelOutput,
+    ModelSpec,
+    Override,
+    RunStacked,
+    TaskShapes,
+    batched_matmul,
+    override_pattern,
+    register,
+)
 
 
 @register
@@ -102,21 +111,31 @@ class AttentionOnly(RunStacked):
     def layers(self) -> int:
         return self.spec.layers
 
-    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
-        """H^(0) as rows: [R, B, n, d'] from token ids [R, B, n] (eq. 3)."""
-        return torch.nn.functional.one_hot(tokens, self.width).to(self.positions.dtype) + self.positions
+    def embed(self, inputs: torch.Tensor) -> torch.Tensor:
+        """H^(0) as rows: [R, B, n, d'] from token ids [R, B, n] (eq. 3), or from vectors [R, B, n, d]
+        (seed 002 §6: "positional features concatenated to each vector")."""
+        if inputs.is_floating_point():
+            pad = self.width - inputs.shape[-1]
+            return torch.nn.functional.pad(inputs.to(self.positions.dtype), (0, pad)) + self.positions
+        return torch.nn.functional.one_hot(inputs, self.width).to(self.positions.dtype) + self.positions
 
-    def forward(self, tokens: torch.Tensor, capture: bool = False, override: Override | None = None) -> ModelOutput:
-        h = self.embed(tokens)
+    def forward(self, inputs: torch.Tensor, capture: bool = False, override: Override | None = None,
+                read: torch.Tensor | None = None) -> ModelOutput:
+        """Logits [R, B, C] at the last position, or [R, B, P, C] at the positions ``read``."""
+        h = self.embed(inputs)
         patterns = []
         for layer in range(self.layers):
             # The classifier reads only the last position, so the last layer computes only that query.
-            last_only = layer == self.layers - 1 and not capture
+            last_only = layer == self.layers - 1 and not capture and read is None
             out, pattern = self.attend(layer, h, last_only, override)
             if capture:
                 patterns.append(pattern)
             h = h[:, :, -1:] + out if last_only else h + out
-        logits = h[:, :, -1] @ self.param("unembed.W_U")
+        if read is None:
+            return ModelOutput(h[:, :, -1] @ self.param("unembed.W_U"), patterns)
+        chosen = h[:, :, read]
+        logits = (chosen.reshape(chosen.shape[0], -1, self.width) @ self.param("unembed.W_U")).view(
+            *chosen.shape[:-1], -1)
         return ModelOutput(logits, patterns)
 
     def attend(self, layer: int, h: torch.Tensor, last_only: bool, override: Override | None):
@@ -125,14 +144,14 @@ class AttentionOnly(RunStacked):
         w_v = self.param(f"blocks.{layer}.attn.W_V")
         queries = h[:, :, -1:] if last_only else h
         keys = h.unsqueeze(2).transpose(-1, -2)  # [R, B, 1, d', n]
-        scores = torch.einsum("rbqd,rhde->rbhqe", queries, w_qk) @ keys
+        scores = batched_matmul(torch.einsum("rbqd,rhde->rbhqe", queries, w_qk), keys)
         pattern = torch.relu(scores) if self.spec.attention == "relu" else scores.softmax(dim=-1)
         if override:
             pattern = pattern.clone()
             for (o_layer, head), kind in override.items():
                 if o_layer == layer:
                     pattern[:, :, head] = override_pattern(kind, pattern[:, :, head])
-        mixed = pattern @ h.unsqueeze(2)  # [R, B, heads, q, d']: Σ_k pattern[q, k] x_k, before W_V
+        mixed = batched_matmul(pattern, h.unsqueeze(2))  # [R, B, heads, q, d']: Σ_k pattern[q, k] x_k, before W_V
         out = torch.einsum("rbhqd,rhde->rbqe", mixed, w_v) / w_v.shape[1]
         return out, pattern
 

@@ -127,3 +127,57 @@ class RunStacked(torch.nn.Module):
             # A new Parameter (not a reshaped .data): autograd remembers the shape of the old one.
             self.register_parameter(key, torch.nn.Parameter(getattr(self, key).detach()[keep].contiguous()))
         self.n_runs = int(keep.numel())
+
+
+class _SingleThreadMatmul(torch.autograd.Function):
+    """a @ b with the intra-op pool narrowed to one thread, forward and backward.
+
+    Measured on a 2-core CPU: a batch of 1024 products of 11×28 by 28×11 takes 1.1 ms on one thread and
+    4.4 ms on two (the threads cost more than the work). The large products around them keep every core.
+    """
+
+    @staticmethod
+    def forward(ctx, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(a, b)
+        with _one_thread():
+            return a @ b
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        a, b = ctx.saved_tensors
+        with _one_thread():
+            grad_a = grad @ b.transpose(-1, -2) if ctx.needs_input_grad[0] else None
+            grad_b = a.transpose(-1, -2) @ grad if ctx.needs_input_grad[1] else None
+        return _sum_to(grad_a, a.shape), _sum_to(grad_b, b.shape)
+
+
+def _sum_to(grad: torch.Tensor | None, shape: torch.Size) -> torch.Tensor | None:
+    """Undo broadcasting over leading dimensions in a gradient."""
+    if grad is None or grad.shape == shape:
+        return grad
+    return grad.sum_to_size(shape)
+
+
+class _one_thread:
+    def __enter__(self) -> None:
+        self.threads = torch.get_num_threads()
+        if self.threads > 1:
+            torch.set_num_threads(1)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.threads > 1:
+            torch.set_num_threads(self.threads)
+
+
+SMALL_MATMUL = 64 * 64  # below this many elements per matrix, a batch of products runs on one thread
+
+
+def batched_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a @ b`` for many small matrices (attention scores and mixing): one thread when they are tiny."""
+    small = a.shape[-2] * a.shape[-1] <= SMALL_MATMUL and b.shape[-2] * b.shape[-1] <= SMALL_MATMUL
+    if a.device.type == "cpu" and small and torch.get_num_threads() > 1 and torch.is_grad_enabled():
+        return _SingleThreadMatmul.apply(a, b)
+    if a.device.type == "cpu" and small and torch.get_num_threads() > 1:
+        with _one_thread():
+            return a @ b
+    return a @ b

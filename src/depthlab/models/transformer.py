@@ -25,7 +25,16 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field, model_validator
 
-from .base import ModelOutput, ModelSpec, Override, RunStacked, TaskShapes, override_pattern, register
+from .base import (
+    ModelOutput,
+    ModelSpec,
+    Override,
+    RunStacked,
+    TaskShapes,
+    batched_matmul,
+    override_pattern,
+    register,
+)
 
 
 @register
@@ -140,15 +149,19 @@ class Transformer(RunStacked):
         return self.spec.layers
 
     def _ln(self, x: torch.Tensor, name: str) -> torch.Tensor:
-        w, b = self.param(f"{name}.w"), self.param(f"{name}.b")
-        return F.layer_norm(x, x.shape[-1:]) * w[:, None, None] + b[:, None, None]
+        """LayerNorm with each run's own gain and bias (x is [R, …, d])."""
+        shape = (-1, *([1] * (x.dim() - 2)), x.shape[-1])
+        w, b = self.param(f"{name}.w").view(shape), self.param(f"{name}.b").view(shape)
+        return F.layer_norm(x, x.shape[-1:]) * w + b
 
-    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Residual stream at layer 0: [R, B, n, d_model] from token ids [R, B, n]."""
+    def embed(self, inputs: torch.Tensor) -> torch.Tensor:
+        """Residual stream at layer 0: [R, B, n, d_model] from token ids [R, B, n] or vectors [R, B, n, d_in]."""
         w_e = self.param("embed.W_E")
-        runs = torch.arange(tokens.shape[0])[:, None, None]
-        x = w_e[runs, tokens]  # a gather per run
-        n = tokens.shape[-1]
+        if inputs.is_floating_point():
+            x = _per_run(inputs.to(w_e.dtype), w_e)  # vector inputs: W_E is a projection [d_in, d_model]
+        else:
+            x = w_e[torch.arange(inputs.shape[0])[:, None, None], inputs]  # a gather per run
+        n = inputs.shape[2]
         if self.spec.positional == "learned":
             x = x + self.param("pos_embed.W_pos")[:, None, :n]
         elif self.spec.positional == "sinusoidal":
@@ -157,8 +170,10 @@ class Transformer(RunStacked):
             x = torch.cat([x, self.onehot[:n, : self.shapes.seq_len].expand(*x.shape[:2], n, -1)], dim=-1)
         return x
 
-    def forward(self, tokens: torch.Tensor, capture: bool = False, override: Override | None = None) -> ModelOutput:
-        x = self.embed(tokens)
+    def forward(self, inputs: torch.Tensor, capture: bool = False, override: Override | None = None,
+                read: torch.Tensor | None = None) -> ModelOutput:
+        """Logits [R, B, C] at the last position, or [R, B, P, C] at the positions ``read``."""
+        x = self.embed(inputs)
         patterns = []
         for layer in range(self.layers):
             p = f"blocks.{layer}"
@@ -170,9 +185,9 @@ class Transformer(RunStacked):
                 hidden = F.gelu(_per_run(self._ln(x, f"{p}.ln2"), self.param(f"{p}.mlp.W_in"))
                                 + self.param(f"{p}.mlp.b_in")[:, None, None])
                 x = x + _per_run(hidden, self.param(f"{p}.mlp.W_out")) + self.param(f"{p}.mlp.b_out")[:, None, None]
-        last = self._ln(x[:, :, -1:], "ln_final")[:, :, 0]
-        logits = _per_run(last, self.param("unembed.W_U")) + self.param("unembed.b_U")[:, None]
-        return ModelOutput(logits, patterns)
+        chosen = self._ln(x[:, :, -1] if read is None else x[:, :, read], "ln_final")
+        bias = self.param("unembed.b_U").view(-1, *([1] * (chosen.dim() - 2)), self.shapes.n_classes)
+        return ModelOutput(_per_run(chosen, self.param("unembed.W_U")) + bias, patterns)
 
     def attend(self, layer: int, x: torch.Tensor, override: Override | None):
         """Multi-head softmax attention of one layer: its output [R, B, n, d] and pattern [R, B, h, q, k]."""
@@ -182,7 +197,7 @@ class Transformer(RunStacked):
         n = x.shape[2]
         if self.spec.positional == "rotary":
             q, k = _rotate(q, self.rot_cos[:n], self.rot_sin[:n]), _rotate(k, self.rot_cos[:n], self.rot_sin[:n])
-        scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+        scores = batched_matmul(q, k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
         if self.spec.causal:
             scores = scores.masked_fill(self.causal_mask[:n, :n], float("-inf"))
         pattern = scores.softmax(dim=-1)
@@ -191,7 +206,7 @@ class Transformer(RunStacked):
             for (o_layer, head), kind in override.items():
                 if o_layer == layer:
                     pattern[:, :, head] = override_pattern(kind, pattern[:, :, head])
-        z = pattern @ v  # [R, B, h, n, d_head]
+        z = batched_matmul(pattern, v)  # [R, B, h, n, d_head]
         out = torch.einsum("rbhne,rhed->rbnd", z, self.param(f"{p}.W_O")) + self.param(f"{p}.b_O")[:, None, None]
         return out, pattern
 

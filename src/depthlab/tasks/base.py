@@ -69,6 +69,27 @@ class Task(BaseModel):
     summary: ClassVar[str]
     # How evaluation data relates to training data, said in every table that shows this task.
     eval_protocol: ClassVar[str] = "exhaustive dataset"
+    # The objective: "cross_entropy" (targets are class indices), "mse" (float targets, no accuracy) or
+    # "bce" (multi-label 0/1 targets, a label counts as predicted when its logit is positive).
+    loss: ClassVar[str] = "cross_entropy"
+    # With several read-out positions: an example is correct only if every position is ("example"), or
+    # accuracy is the mean over positions ("position").
+    accuracy_over: ClassVar[str] = "example"
+
+    @property
+    def read_positions(self) -> list[int] | None:
+        """Positions whose outputs are scored; None = the last position only (targets then have no P axis)."""
+        return None
+
+    @property
+    def input_dim(self) -> int | None:
+        """Width of vector inputs (float [B, n, d]); None when inputs are token ids."""
+        return None
+
+    @property
+    def n_outputs(self) -> int:
+        """Width of the model's output at each read position (the number of classes for cross-entropy)."""
+        return len(self.labels)
 
     # --- shapes -------------------------------------------------------------------------------------
     @property

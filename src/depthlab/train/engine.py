@@ -19,7 +19,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from ..config import RunConfig
 from ..constructions.seed001 import paper_first_layer
@@ -27,6 +26,7 @@ from ..models import TaskShapes, build_model
 from ..store import Store
 from ..tasks import Batch, Task
 from .checkpoint import WEIGHTS, CheckpointError, load_checkpoint, save_checkpoint
+from .objectives import per_run_correct, per_run_loss
 from .optim import GroupOptimizer
 
 EXHAUSTIVE_EVAL_LIMIT = 400_000  # evaluate on the whole dataset when it has at most this many examples
@@ -34,6 +34,11 @@ SAMPLED_EVAL_EXAMPLES = 20_000  # otherwise on this many held-out examples, the 
 EVAL_SEED = 20240229  # the fixed evaluation sample does not depend on any run's seed
 CHUNK_EXAMPLES = 8192  # examples generated per call to task.sample (one call covers many steps)
 EVAL_CHUNK = 8192
+
+
+def task_shapes(task: Task) -> TaskShapes:
+    """What a model needs to know about a task (vector tasks give their input width as the vocabulary)."""
+    return TaskShapes(task.input_dim or len(task.vocab), task.seq_len, task.n_outputs)
 
 
 def group_key(config: RunConfig) -> str:
@@ -89,26 +94,26 @@ def eval_set(task: Task) -> tuple[Batch, bool]:
     return task.sample(SAMPLED_EVAL_EXAMPLES, np.random.default_rng(EVAL_SEED), "eval"), False
 
 
-def run_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy per run: logits [R, B, C], targets [R, B] -> [R]."""
-    r, b, c = logits.shape
-    return F.cross_entropy(logits.reshape(r * b, c).float(), targets.reshape(-1), reduction="none").view(r, b).mean(1)
+def read_tensor(task: Task) -> torch.Tensor | None:
+    positions = task.read_positions
+    return None if positions is None else torch.as_tensor(positions, dtype=torch.long)
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, batch: Batch, autocast: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """Loss and accuracy of every run of ``model`` on ``batch`` (the same examples for every run)."""
-    runs = model.n_runs
+def evaluate(model: torch.nn.Module, task: Task, batch: Batch, autocast: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """Loss and accuracy (NaN for regression) of every run of ``model`` on ``batch``, the same examples for all."""
+    runs, read = model.n_runs, read_tensor(task)
     loss_sum = torch.zeros(runs)
     correct = torch.zeros(runs)
     inputs, targets = torch.from_numpy(batch.inputs), torch.from_numpy(batch.targets)
     for start in range(0, len(batch), EVAL_CHUNK):
-        x = inputs[start : start + EVAL_CHUNK].expand(runs, -1, -1)
-        y = targets[start : start + EVAL_CHUNK].expand(runs, -1)
+        x, y = inputs[start : start + EVAL_CHUNK], targets[start : start + EVAL_CHUNK]
+        x, y = x.expand(runs, *x.shape), y.expand(runs, *y.shape)
         with autocast:
-            logits = model(x).outputs
-        loss_sum += run_loss(logits, y) * y.shape[1]
-        correct += (logits.argmax(-1) == y).float().sum(1)
+            outputs = model(x, read=read).outputs
+        loss_sum += per_run_loss(outputs, y, task.loss) * y.shape[1]
+        hits = per_run_correct(outputs, y, task.loss, task.accuracy_over)
+        correct += hits if hits is not None else float("nan")
     return loss_sum / len(batch), correct / len(batch)
 
 
@@ -144,7 +149,8 @@ class Group:
         first = configs[0][0]
         self.task, self.train, self.store, self.group_size = first.task, first.train, store, group_size
         task = self.task
-        shapes = TaskShapes(len(task.vocab), task.seq_len, len(task.labels))
+        shapes = task_shapes(task)
+        self.read = read_tensor(task)
         generators = [torch.Generator().manual_seed(c.seed) for c, _ in configs]
         construction = paper_first_layer(task, first.model)
         options = {"extra_width": construction.extra_width} if construction else {}
@@ -170,13 +176,14 @@ class Group:
         x = torch.from_numpy(np.stack([b.inputs for b in batches]))
         y = torch.from_numpy(np.stack([b.targets for b in batches]))
         with self.autocast:
-            logits = self.model(x).outputs
-        losses = run_loss(logits, y)
+            outputs = self.model(x, read=self.read).outputs
+        losses = per_run_loss(outputs, y, self.task.loss)
         self.opt.zero_grad()
         losses.sum().backward()
         self.opt.step()
         step_loss = losses.detach().tolist()
-        step_correct = (logits.detach().argmax(-1) == y).sum(1).tolist()
+        hits = per_run_correct(outputs.detach(), y, self.task.loss, self.task.accuracy_over)
+        step_correct = hits.tolist() if hits is not None else [float("nan")] * len(step_loss)
         for r, run in enumerate(self.runs):
             run.step += 1
             run.loss_sum += step_loss[r] * y.shape[1]
@@ -192,17 +199,18 @@ class Group:
         logging = [r for r, run in enumerate(self.runs) if run.log_point()]
         if not logging:
             return
-        eval_loss, eval_acc = evaluate(self.model, self.probe, self.autocast)
+        eval_loss, eval_acc = evaluate(self.model, self.task, self.probe, self.autocast)
         rows, diverged, done = [], [], []
         for r in logging:
             run = self.runs[r]
             train = run.take_train_metrics()
             rows.append((run.id, run.step, "train", train))
             rows.append((run.id, run.step, "eval", {"loss": float(eval_loss[r]), "accuracy": float(eval_acc[r])}))
-            target = run.config.train.target_accuracy
+            target, accuracy = run.config.train.target_accuracy, float(eval_acc[r])
+            reached = target is not None and not math.isnan(accuracy) and accuracy >= target
             if not (math.isfinite(train["loss"]) and math.isfinite(float(eval_loss[r]))):
                 diverged.append(r)
-            elif run.at_end or (target is not None and float(eval_acc[r]) >= target):
+            elif run.at_end or reached:
                 done.append(r)
         self.store.log_metrics_many(rows)
         for r in diverged:
@@ -216,12 +224,13 @@ class Group:
         """Final evaluation on the whole evaluation set, a checkpoint, and the final row, for these runs."""
         if not indices:
             return
-        loss, acc = evaluate(self.model, self.evaluation, self.autocast)
+        loss, acc = evaluate(self.model, self.task, self.evaluation, self.autocast)
         for r in indices:
             run = self.runs[r]
             self.save(r)
             final = {
-                "accuracy": float(acc[r]), "loss": float(loss[r]), "steps": run.step, "chance": self.task.chance,
+                "accuracy": None if math.isnan(acc[r]) else float(acc[r]), "loss": float(loss[r]),
+                "steps": run.step, "chance": self.task.chance,
                 "eval_examples": len(self.evaluation), "exhaustive": self.exhaustive,
                 "eval_protocol": self.task.eval_protocol, "seconds": round(time.perf_counter() - self.started, 3),
                 "group_size": self.group_size, "threads": torch.get_num_threads(), "precision": self.train.precision,

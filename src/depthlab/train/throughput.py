@@ -23,9 +23,10 @@ import numpy as np
 import torch
 
 from ..config import RunConfig, parse_run
-from ..models import TaskShapes, build_model
+from ..models import build_model
 from ..store import Store
-from .engine import DataStream, Group, run_loss
+from .engine import DataStream, Group, task_shapes
+from .objectives import per_run_loss
 
 
 @dataclass
@@ -101,8 +102,7 @@ def _time(fn, min_seconds: float) -> tuple[int, float]:
 def plain_loop(config: RunConfig, min_seconds: float) -> float:
     """Examples per second of one run trained alone, written as a careful hand loop."""
     task = config.task
-    shapes = TaskShapes(len(task.vocab), task.seq_len, len(task.labels))
-    model = build_model(config.model, shapes, [torch.Generator().manual_seed(0)])
+    model = build_model(config.model, task_shapes(task), [torch.Generator().manual_seed(0)])
     t = config.train
     opt = (torch.optim.SGD(model.parameters(), lr=t.lr) if t.optimizer == "sgd"
            else torch.optim.AdamW(model.parameters(), lr=t.lr, weight_decay=t.weight_decay))
@@ -119,7 +119,7 @@ def plain_loop(config: RunConfig, min_seconds: float) -> float:
         else:
             logits = model(x).outputs
         opt.zero_grad()
-        run_loss(logits, y).sum().backward()
+        per_run_loss(logits, y, task.loss).sum().backward()
         opt.step()
 
     steps, seconds = _time(step, min_seconds)
