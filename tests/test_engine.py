@@ -166,4 +166,4 @@ def test_other_objectives_train(tmp_path, model):
     assert final["accuracy"] > 0.9  # every position right in most examples
     regress = parse_run({"task": {"name": "test_regress"}, "model": model, "train": train})
     final = train_group([regress], store)[Store.run_id(regress.to_dict())]
-    assert final["accuracy"] is None and final["loss"] < 0.3  # predicting 0 would cost 3 (the targets' variance)
+    assert final["accuracy"] is None and final["loss"] < 1.0  # predicting 0 costs 3 (the targets' variance)
