@@ -214,8 +214,6 @@ def reproduce(name: Annotated[str, typer.Argument(help="preset name, e.g. seed00
               group_size: Annotated[int | None, typer.Option("--group-size", min=1)] = None,
               json_out: JsonOpt = False) -> None:
     """Re-run a seed's study from its preset and print its table; writes its figure."""
-    from .analysis.capability import capability_rows, curves
-    from .report.figures import depth_figure
     from .store import Store
     from .sweep.presets import load_preset
 
@@ -228,37 +226,13 @@ def reproduce(name: Annotated[str, typer.Argument(help="preset name, e.g. seed00
                       f"{threads} threads. {preset.note}")
     _run_sweep(preset.runs, db, group_size, json_out, name)
     ids = [Store.run_id(r.to_dict()) for r in preset.runs]
-    rows = capability_rows(db, ids)
-    tasks_order = list(dict.fromkeys(r["task"] for r in rows))
-    chance = {r["task"]: r["chance"] for r in rows if r["chance"] is not None}
-    figure = depth_figure(curves(db, ids), tasks_order, chance, (out or db.root / "figures") / f"{name}-{scale}.png")
+    summary, renderable = preset.summarize(db, ids, (out or db.root / "figures") / f"{name}-{scale}.png")
     elapsed = time.perf_counter() - started
     if json_out:
-        keys = ("task", "layers", "accuracy", "accuracy_sd", "seeds", "chance", "steps", "eval_protocol", "runs")
-        emit({"preset": name, "scale": scale, "rows": [{k: r[k] for k in keys} for r in rows],
-              "figure": str(figure), "seconds": round(elapsed, 1), "threads": threads})
+        emit({"preset": name, "scale": scale, **summary, "seconds": round(elapsed, 1), "threads": threads})
         return
-    _print_capability(rows, preset.title)
-    console.print(f"figure: {figure}\nstore: {db.root}  ({elapsed:.0f} s)")
-
-
-def _print_capability(rows: list[dict[str, Any]], title: str) -> None:
-    from .analysis.capability import format_cell
-
-    depths = sorted({r["layers"] for r in rows})
-    table = Table(title=f"capability table — {title}", title_justify="left")
-    table.add_column("task")
-    for depth in depths:
-        table.add_column(f"{depth} layer{'s' if depth > 1 else ''}", justify="right")
-    table.add_column("chance", justify="right")
-    table.add_column("evaluated on")
-    for task in dict.fromkeys(r["task"] for r in rows):
-        cells = {r["layers"]: r for r in rows if r["task"] == task}
-        first = next(iter(cells.values()))
-        table.add_row(task, *[format_cell(cells[d]) if d in cells else "" for d in depths],
-                      f"{first['chance']:.3f}" if first["chance"] is not None else "—",
-                      f"{first['eval_protocol']} ({first['eval_examples']} examples)")
-    Console().print(table)
+    Console().print(renderable)
+    console.print(f"figure: {summary.get('figure')}\nstore: {db.root}  ({elapsed:.0f} s)")
 
 
 @app.command()

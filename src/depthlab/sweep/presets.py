@@ -1,11 +1,15 @@
 """Ready studies: one YAML file per reproduced figure (``configs/NAME.yaml``), each with a quick and a paper scale.
 
-A preset holds ``title``, ``reproduces`` (the seed's figure or section) and ``scales``; each scale is a list of
-``sweeps`` (sweep mappings as in a sweep file) and a ``note`` saying what it shrinks.
+A preset holds ``title``, ``reproduces`` (the seed's figure or section), ``scales`` and ``summary``; each scale
+is a list of ``sweeps`` (sweep mappings as in a sweep file) and a ``note`` saying what it shrinks. ``summary``
+names the function that turns the finished runs into the preset's table and figure, as ``module:function``
+(default: the capability table of ``depthlab.analysis.capability:depth_summary``); it is called as
+``function(store, run_ids, figure_path, title) -> (json_dict, rich_renderable)``.
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -36,6 +40,10 @@ class Preset:
     @property
     def runs(self) -> list[RunConfig]:
         return [run for sweep in self.sweeps for run in sweep]
+
+    def summarize(self, store: Any, run_ids: list[str], figure: Path) -> tuple[dict[str, Any], Any]:
+        module, _, function = self.raw.get("summary", "depthlab.analysis.capability:depth_summary").partition(":")
+        return getattr(importlib.import_module(module), function)(store, run_ids, figure, self.title)
 
 
 def load_preset(name: str, scale: str, overrides: list[str] | None = None) -> Preset:
