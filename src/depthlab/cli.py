@@ -26,6 +26,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from .constructions.cli import register as _register_constructions
 from .errors import UserError
 from .llm.cli import register as _register_llm
 
@@ -33,6 +34,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="depthlab: what sequence models can learn, at which depth, and how.")
 console = Console(stderr=True)
 _register_llm(app)
+_register_constructions(app)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON object to stdout and nothing else")]
 StoreOpt = Annotated[Path | None, typer.Option("--store", help="store folder [$DEPTHLAB_STORE, ./depthlab-runs]")]

@@ -17,6 +17,9 @@ Initialisations (``init``):
   read as the identity (a matrix of ones would copy every coordinate into every other); W_U uniform in [0, 1).
   For reasoning and generalisation tasks the first layer is then set to the seed's construction
   (§13.2, §14.2, §15) by ``depthlab.constructions.seed001.paper_first_layer``, which the trainer applies.
+- ``paper-first``: the paper's constructed first layer (on W_QK uniform in [0, qk_scale)), every other weight
+  random as below. With §9.1's W_V = I and W_U uniform [0, 1) after the constructed layer, 3-layer models stay
+  at chance on IC-TM (measured); with random weights after it they learn it.
 - ``random``: W_QK, W_V and W_U normal with standard deviation 1/√d'.
 """
 
@@ -48,7 +51,7 @@ class AttentionOnlySpec(ModelSpec):
     heads: int | list[int] = Field(1, description="heads per layer: one number, or the paper's list [h1, h2, …]")
     width: int | None = Field(None, ge=1, description="hidden size d'; None = d + n (+ what the init needs)")
     attention: Literal["relu", "softmax"] = "relu"
-    init: Literal["paper", "random"] = "paper"
+    init: Literal["paper", "paper-first", "random"] = "paper"
     qk_scale: float = Field(1.0, gt=0, description="paper init: W_QK uniform in [0, qk_scale)")
 
     family: ClassVar[type]
@@ -86,7 +89,9 @@ class AttentionOnly(RunStacked):
             raise ValueError(f"model.width must be at least d + n = {self.d + self.n} for this task")
         width = self.width
         for layer, heads in enumerate(spec.heads_per_layer):
-            self.add(f"blocks.{layer}.attn.W_QK", self._init([heads, width, width], generators, "qk"))
+            # paper-first: the constructed layer 0 starts from the paper's small uniform W_QK, the rest random
+            qk_kind = "qk_paper" if spec.init == "paper-first" and layer == 0 else "qk"
+            self.add(f"blocks.{layer}.attn.W_QK", self._init([heads, width, width], generators, qk_kind))
             self.add(f"blocks.{layer}.attn.W_V", self._init([heads, width, width], generators, "v"))
         self.add("unembed.W_U", self._init([width, self.n_classes], generators, "u"))
         positions = torch.zeros(self.n, width)
@@ -97,9 +102,9 @@ class AttentionOnly(RunStacked):
         out = torch.empty([len(generators), *shape])
         width = self.width if hasattr(self, "width") else shape[-1]
         for r, gen in enumerate(generators):
-            if self.spec.init == "random":
+            if self.spec.init != "paper" and kind != "qk_paper":
                 out[r] = torch.randn(shape, generator=gen) / width**0.5
-            elif kind == "qk":
+            elif kind in ("qk", "qk_paper"):
                 out[r] = torch.rand(shape, generator=gen) * self.spec.qk_scale
             elif kind == "v":
                 out[r] = torch.eye(shape[-1]).expand(shape)
