@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # torch: the CPU build where the machine offers it (a local wheel here); the project's range admits it.
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: demo test lint install install-test clean
+.PHONY: demo test lint install install-test clean chromium
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +24,14 @@ demo: install
 lint: install-test
 	$(BIN)/ruff check src tests benchmarks
 
-test: install-test
+# Debian's Chromium for tests/test_report_browser.py (Playwright drives it; never `playwright install`).
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; elif command -v sudo >/dev/null 2>&1; then SUDO=sudo; \
+	  else echo "chromium is missing and cannot be installed here: the browser test will be skipped"; exit 0; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium; }
+
+test: install-test chromium
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/python -m pytest -n 2 --dist loadfile
 

@@ -26,19 +26,27 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from .analysis.cli import register as _register_analysis
 from .constructions.cli import register as _register_constructions
 from .errors import UserError
 from .llm.cli import register as _register_llm
+from .report.cli import register as _register_report
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="depthlab: what sequence models can learn, at which depth, and how.")
 console = Console(stderr=True)
 _register_llm(app)
 _register_constructions(app)
+_register_analysis(app)
+_register_report(app)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON object to stdout and nothing else")]
 StoreOpt = Annotated[Path | None, typer.Option("--store", help="store folder [$DEPTHLAB_STORE, ./depthlab-runs]")]
 SetOpt = Annotated[list[str] | None, typer.Option("--set", help="override a field: --set model.layers=2")]
+ExecutorOpt = Annotated[str, typer.Option("--executor", help="local (in this process) or ray (a Ray task per group)")]
+AddressOpt = Annotated[str | None, typer.Option(
+    "--address", help="with --executor ray: the Ray cluster (auto, HOST:6379, ray://HOST:10001); "
+                      "default: start a local Ray instance")]
 
 
 def emit(obj: dict[str, Any]) -> None:
@@ -72,12 +80,25 @@ def step_progress(total: int, description: str, quiet: bool):
         yield lambda n: bar.advance(task, n)
 
 
-def _run_sweep(runs, store, group_size: int | None, quiet: bool, description: str) -> dict[str, Any]:
+def _run_sweep(runs, store, group_size: int | None, quiet: bool, description: str, executor: str = "local",
+               address: str | None = None, resources=None) -> dict[str, Any]:
     from .sweep.local import run_local
 
     total = sum(r.train.steps for r in runs)
     with step_progress(total, description, quiet) as advance:
+        if executor == "ray":
+            from .sweep.ray_executor import run_ray
+
+            return run_ray(runs, store, group_size=group_size, address=address, resources=resources,
+                           progress=advance)
         return run_local(runs, store, group_size=group_size, progress=advance)
+
+
+def _check_executor(executor: str, address: str | None) -> None:
+    if executor not in ("local", "ray"):
+        raise UserError(f"--executor: must be local or ray (got {executor!r})")
+    if address and executor != "ray":
+        raise UserError("--address: only with --executor ray")
 
 
 @app.command()
@@ -163,15 +184,18 @@ def train(config: Annotated[Path, typer.Argument(help="run file (YAML)")], set_:
 def sweep(config: Annotated[Path, typer.Argument(help="sweep file (YAML): a run file plus `sweep:`")],
           set_: SetOpt = None, store: StoreOpt = None,
           group_size: Annotated[int | None, typer.Option("--group-size", min=1, help="runs per batched group")] = None,
-          json_out: JsonOpt = False) -> None:
+          executor: ExecutorOpt = "local", address: AddressOpt = None, json_out: JsonOpt = False) -> None:
     """Train every run of a grid (finished runs are skipped), grouping runs of equal shapes."""
-    from .config import expand_sweep
+    from .config import expand_sweep, parse_resources
     from .store import Store
 
-    runs = expand_sweep(_load_config(config, set_))
+    _check_executor(executor, address)
+    raw = _load_config(config, set_)
+    runs = expand_sweep(raw)
+    resources = parse_resources(raw)
     threads = setup_threads()
     db = open_store(store)
-    results = _run_sweep(runs, db, group_size, json_out, "sweep")
+    results = _run_sweep(runs, db, group_size, json_out, "sweep", executor, address, resources)
     ids = [Store.run_id(r.to_dict()) for r in runs]
     rows = [{"id": i, "status": db.get_run(i)["status"], "metrics": results.get(i)} for i in ids]
     if json_out:
@@ -270,7 +294,8 @@ def bench(runs: Annotated[str, typer.Option(help="group sizes to measure, comma-
 
 def main() -> None:
     try:
-        app(standalone_mode=False)
+        # Without standalone mode, Typer returns the exit code of a command that exits (Ctrl-C becomes 130).
+        code = app(standalone_mode=False)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
@@ -278,10 +303,13 @@ def main() -> None:
         print(f"error: {e.format_message()}", file=sys.stderr)
         raise SystemExit(2) from None
     except (click.exceptions.Abort, KeyboardInterrupt):
-        print("interrupted", file=sys.stderr)
-        raise SystemExit(130) from None
+        code = 130
     except click.exceptions.Exit as e:
-        raise SystemExit(e.exit_code) from None
+        code = e.exit_code
+    if code == 130:
+        print("interrupted", file=sys.stderr)
+    if isinstance(code, int) and code:
+        raise SystemExit(code)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Model families. Importing this package registers every family in ``MODELS``."""
 
-from . import attention_only, transformer  # noqa: F401  (registers the families)
+from . import attention_only, dss, linear_transformer, lstm, mamba, retnet, transformer  # noqa: F401  (registers the families)
 from .base import MODELS, ModelOutput, ModelSpec, TaskShapes, build_model
 
 __all__ = ["MODELS", "ModelOutput", "ModelSpec", "TaskShapes", "build_model"]

@@ -8,7 +8,8 @@ from typing import Any
 
 from ..config import RunConfig
 from ..store import Store
-from ..train.engine import group_key, train_group
+from ..train.checkpoint import SIDECAR, WEIGHTS, load_checkpoint
+from ..train.engine import TERMINAL, group_key, train_group
 
 MEMORY_FRACTION = 0.25  # of physical memory, for the activations and state of one group
 
@@ -49,9 +50,29 @@ def plan_groups(configs: list[RunConfig], group_size: int | None = None) -> list
     return groups
 
 
+def check_checkpoints(configs: list[RunConfig], store: Store) -> int:
+    """Before any work: every checkpoint a run of this sweep would resume from must be intact.
+
+    Reads (never writes) the checkpoint of each run that is in the store and not finished; a truncated or
+    corrupted one raises CheckpointError (a UserError naming the folder). Returns how many were checked.
+    (Whether a checkpoint's shapes fit its run is checked when its group is built, before its first step.)
+    """
+    ids = list(dict.fromkeys(Store.run_id(c.to_dict()) for c in configs))
+    checked = 0
+    for record in store.find_runs(ids=ids):
+        if record["status"] in TERMINAL:
+            continue
+        folder = store.artifacts_root / record["id"]
+        if (folder / WEIGHTS).exists() or (folder / SIDECAR).exists():
+            load_checkpoint(folder)
+            checked += 1
+    return checked
+
+
 def run_local(configs: list[RunConfig], store: Store, group_size: int | None = None,
               progress: Callable[[int], None] | None = None) -> dict[str, dict[str, Any]]:
     """Train every run not yet done, group by group; returns final metrics by run id."""
+    check_checkpoints(configs, store)
     results: dict[str, dict[str, Any]] = {}
     for group in plan_groups(configs, group_size):
         results.update(train_group(group, store, progress=progress))

@@ -9,21 +9,25 @@ group (its rows are dropped from every tensor) without touching the others.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from safetensors.torch import save
 
 from ..config import RunConfig
 from ..constructions.seed001 import paper_first_layer
 from ..models import TaskShapes, build_model
-from ..store import Store
+from ..store import Store, atomic_write_bytes
 from ..tasks import Batch, Task
 from .checkpoint import WEIGHTS, CheckpointError, load_checkpoint, save_checkpoint
 from .objectives import per_run_correct, per_run_loss
@@ -100,11 +104,17 @@ def read_tensor(task: Task) -> torch.Tensor | None:
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, task: Task, batch: Batch, autocast: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """Loss and accuracy (NaN for regression) of every run of ``model`` on ``batch``, the same examples for all."""
+def evaluate(model: torch.nn.Module, task: Task, batch: Batch, autocast: Any,
+             partial: dict[str, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Loss and accuracy (NaN for regression) of every run of ``model`` on ``batch``, the same examples for all.
+
+    When the task defines ``partial_losses(outputs, targets) -> {name: [R]}`` (seed 002 Figure 4: the loss of
+    each chain position), their means over ``batch`` are put in ``partial`` (when given).
+    """
     runs, read = model.n_runs, read_tensor(task)
     loss_sum = torch.zeros(runs)
     correct = torch.zeros(runs)
+    partial_fn = getattr(task, "partial_losses", None) if partial is not None else None
     inputs, targets = torch.from_numpy(batch.inputs), torch.from_numpy(batch.targets)
     for start in range(0, len(batch), EVAL_CHUNK):
         x, y = inputs[start : start + EVAL_CHUNK], targets[start : start + EVAL_CHUNK]
@@ -114,6 +124,12 @@ def evaluate(model: torch.nn.Module, task: Task, batch: Batch, autocast: Any) ->
         loss_sum += per_run_loss(outputs, y, task.loss) * y.shape[1]
         hits = per_run_correct(outputs, y, task.loss, task.accuracy_over)
         correct += hits if hits is not None else float("nan")
+        if partial_fn is not None:
+            for name, value in partial_fn(outputs, y).items():
+                partial[name] = partial.get(name, torch.zeros(runs)) + value.float() * y.shape[1]
+    if partial_fn is not None:
+        for name in partial:
+            partial[name] = partial[name] / len(batch)
     return loss_sum / len(batch), correct / len(batch)
 
 
@@ -127,6 +143,7 @@ class _Run:
         self.loss_sum = 0.0
         self.correct = 0.0
         self.seen = 0
+        self.final = False  # resumed from the checkpoint its final evaluation wrote (killed before recording it)
 
     @property
     def at_end(self) -> bool:
@@ -196,16 +213,21 @@ class Group:
             every = run.config.train.checkpoint_every
             if every and run.step % every == 0 and not run.at_end:
                 self.save(r)
+                if run.config.train.keep_checkpoints:
+                    self.keep(r)
         logging = [r for r, run in enumerate(self.runs) if run.log_point()]
         if not logging:
             return
-        eval_loss, eval_acc = evaluate(self.model, self.task, self.probe, self.autocast)
+        partial: dict[str, torch.Tensor] = {}
+        eval_loss, eval_acc = evaluate(self.model, self.task, self.probe, self.autocast, partial)
         rows, diverged, done = [], [], []
         for r in logging:
             run = self.runs[r]
             train = run.take_train_metrics()
             rows.append((run.id, run.step, "train", train))
-            rows.append((run.id, run.step, "eval", {"loss": float(eval_loss[r]), "accuracy": float(eval_acc[r])}))
+            partials = {f"loss_{name}": float(value[r]) for name, value in partial.items()}
+            rows.append((run.id, run.step, "eval",
+                         {"loss": float(eval_loss[r]), "accuracy": float(eval_acc[r]), **partials}))
             target, accuracy = run.config.train.target_accuracy, float(eval_acc[r])
             reached = target is not None and not math.isnan(accuracy) and accuracy >= target
             if not (math.isfinite(train["loss"]) and math.isfinite(float(eval_loss[r]))):
@@ -224,10 +246,11 @@ class Group:
         """Final evaluation on the whole evaluation set, a checkpoint, and the final row, for these runs."""
         if not indices:
             return
-        loss, acc = evaluate(self.model, self.task, self.evaluation, self.autocast)
+        partial: dict[str, torch.Tensor] = {}
+        loss, acc = evaluate(self.model, self.task, self.evaluation, self.autocast, partial)
         for r in indices:
             run = self.runs[r]
-            self.save(r)
+            self.save(r, final=True)
             final = {
                 "accuracy": None if math.isnan(acc[r]) else float(acc[r]), "loss": float(loss[r]),
                 "steps": run.step, "chance": self.task.chance,
@@ -235,6 +258,8 @@ class Group:
                 "eval_protocol": self.task.eval_protocol, "seconds": round(time.perf_counter() - self.started, 3),
                 "group_size": self.group_size, "threads": torch.get_num_threads(), "precision": self.train.precision,
             }
+            if partial:
+                final["partial_losses"] = {name: float(value[r]) for name, value in partial.items()}
             self.store.add_artifact(run.id, "checkpoint", WEIGHTS, {"step": run.step})
             self.store.finish_run(run.id, final, status="done", step=run.step)
             self.results[run.id] = final
@@ -249,62 +274,156 @@ class Group:
         self.opt.select_runs(index, list(self.model.parameters()))
         self.runs = [self.runs[r] for r in keep]
 
-    def save(self, r: int) -> None:
+    def save(self, r: int, final: bool = False) -> None:
+        """Checkpoint run r: weights, optimizer state, data stream, and the train metrics since the last log."""
         run = self.runs[r]
         tensors = {**self.model.run_state_dict(r), **self.opt.run_state_dict(r, self.names)}
-        save_checkpoint(run.folder, tensors, run.step, {"run_id": run.id, "stream": run.stream.state()})
+        sums = {"loss": float(run.loss_sum).hex(), "correct": float(run.correct).hex(), "seen": run.seen}
+        save_checkpoint(run.folder, tensors, run.step,
+                        {"run_id": run.id, "stream": run.stream.state(), "train_sums": sums, "final": final})
+
+    def keep(self, r: int) -> None:
+        """Keep run r's weights of this step (``train.keep_checkpoints``): ``history/step-NNNNNNN.safetensors``."""
+        run = self.runs[r]
+        name = f"history/step-{run.step:07d}.safetensors"
+        path = self.store.artifact_path(run.id, "history", name)
+        atomic_write_bytes(path, save(self.model.run_state_dict(r), metadata={"step": str(run.step)}))
+        self.store.add_artifact(run.id, "history", name, {"step": run.step})
 
     def resume(self, r: int) -> None:
-        """Continue run r from its checkpoint, if it has one (weights, optimizer, data stream, step)."""
+        """Continue run r from its checkpoint, if it has one (weights, optimizer, data stream, step).
+
+        A checkpoint that is corrupted or does not fit the run's config raises CheckpointError (a UserError)
+        and marks the run failed; the checkpoint itself is left as it is.
+        """
         run = self.runs[r]
         try:
             loaded = load_checkpoint(run.folder)
+            if loaded is not None:
+                self._load(r, *loaded)
         except CheckpointError as e:
             self.store.set_status(run.id, "failed", error=str(e))
             raise
-        if loaded is None:
-            return
-        tensors, meta = loaded
-        self.model.load_run_state_dict(r, {k: v for k, v in tensors.items() if not k.startswith("optimizer.")})
-        self.opt.load_run_state_dict(r, self.names, tensors)
-        run.stream.restore(meta["stream"])
-        run.step = int(meta["step"])
+
+    def _load(self, r: int, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+        run = self.runs[r]
+        try:
+            self._check_optimizer_state(tensors)
+            step, stream, sums = int(meta["step"]), meta["stream"], meta.get("train_sums")
+            if step < 0 or not 0 <= int(stream["pos"]) <= run.stream.steps_per_chunk:
+                raise ValueError(f"step {step} or data-stream position {stream['pos']} out of range")
+            # load_run_state_dict checks every weight's name and shape before it writes anything
+            self.model.load_run_state_dict(r, {k: v for k, v in tensors.items() if not k.startswith("optimizer.")})
+            self.opt.load_run_state_dict(r, self.names, tensors)
+            run.stream.restore(stream)
+            if sums is not None:  # format 2: the train metrics accumulated since the last log point
+                run.loss_sum, run.correct = float.fromhex(sums["loss"]), float.fromhex(sums["correct"])
+                run.seen = int(sums["seen"])
+        except (KeyError, ValueError, TypeError, RuntimeError, IndexError, AttributeError) as e:
+            detail = " ".join(str(e).split())[:200] or type(e).__name__
+            raise CheckpointError(
+                f"checkpoint in {run.folder} does not fit run {run.id}'s config ({detail}); nothing was changed; "
+                f"delete {run.folder} to start the run again from step 0"
+            ) from None
+        run.step = step
+        run.final = bool(meta.get("final", False)) and meta.get("run_id") == run.id  # a run's own final word
+
+    def _check_optimizer_state(self, tensors: dict[str, torch.Tensor]) -> None:
+        """Every optimizer.* tensor belongs to a parameter, a state this optimizer keeps, with the right shape."""
+        t = self.train
+        kept = {"sgd": ("momentum_buffer",) if t.momentum else (), "adamw": ("exp_avg", "exp_avg_sq")}[t.optimizer]
+        shapes = {n: tuple(p.shape[1:]) for n, p in zip(self.names, self.opt.params, strict=True)}
+        steps = tensors.get("optimizer.steps")
+        if steps is None or tuple(steps.shape) != (1,):
+            raise ValueError("no optimizer step count (optimizer.steps of shape [1])")
+        for key, value in tensors.items():
+            if not key.startswith("optimizer.") or key == "optimizer.steps":
+                continue
+            name, _, state = key.removeprefix("optimizer.").rpartition(".")
+            if name not in shapes or state not in kept:
+                raise ValueError(f"{key}: not a state of {t.optimizer} for this model")
+            if tuple(value.shape) != shapes[name]:
+                raise ValueError(f"{key} has shape {list(value.shape)}, the model needs {list(shapes[name])}")
+
+
+TERMINAL = ("done", "diverged")  # a re-run skips these: their outcome is recorded and would not change
+
+
+class _StopRequest:
+    requested = False
+
+
+@contextlib.contextmanager
+def graceful_interrupt() -> Iterator[_StopRequest]:
+    """A first SIGINT (Ctrl-C) asks the training loop to stop after the current step; a second one stops now.
+
+    Only in the main thread (signal handlers live there); elsewhere ``requested`` simply stays False.
+    """
+    stop = _StopRequest()
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is None:
+        yield stop
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        if stop.requested:
+            raise KeyboardInterrupt
+        stop.requested = True
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield stop
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def train_group(configs: list[RunConfig], store: Store, progress: Callable[[int], None] | None = None,
                 resume: bool = True) -> dict[str, dict[str, Any]]:
     """Train every run in ``configs`` (one group) to completion; returns final metrics by run id.
 
-    Runs already done in the store are skipped; runs with a usable checkpoint resume from it.
+    Runs already done (or diverged) in the store are skipped; runs with a usable checkpoint resume from it,
+    and a checkpoint that is not usable raises CheckpointError before any step. Ctrl-C (SIGINT, in the main
+    thread) stops after the current step: every run still training is checkpointed and marked
+    ``interrupted``, then KeyboardInterrupt propagates; a second Ctrl-C stops at once (a checkpoint being
+    written is still finished first). A worker killed outright leaves its runs ``running``; a re-run resumes
+    them from their last checkpoint.
     """
     if len({group_key(c) for c in configs}) != 1:
         raise ValueError("train_group: runs of one group must share everything but seed and lr")
     ids = [store.create_run(c.to_dict(), c.task.name, c.model.name) for c in configs]
     records = {i: store.get_run(i) for i in ids}
     results = {i: records[i]["final"] for i in ids if records[i]["status"] == "done"}
-    todo = [(c, i) for c, i in zip(configs, ids, strict=True) if i not in results]
+    todo = [(c, i) for c, i in zip(configs, ids, strict=True) if records[i]["status"] not in TERMINAL]
     if not todo:
         return results
     group = Group(todo, store, len(configs))
     if resume:
         for r in range(len(group.runs)):
             group.resume(r)
-    group.finish([r for r, run in enumerate(group.runs) if run.at_end])  # stopped after the last checkpoint
-    group.leave([r for r, run in enumerate(group.runs) if run.at_end])
-    for run in group.runs:
-        store.set_status(run.id, "running", step=run.step)
-    try:
-        while group.runs:
-            group.step()
-            if progress:
-                progress(len(group.runs))
-            group.after_step()
-    except KeyboardInterrupt:
-        for run in group.runs:
-            store.set_status(run.id, "interrupted", step=run.step)
-        raise
-    except Exception as e:
-        for run in group.runs:
-            store.set_status(run.id, "failed", step=run.step, error=f"{type(e).__name__}: {e}")
-        raise
+    with graceful_interrupt() as stop:
+        try:
+            # at the end, or killed between the final checkpoint and recording the result: finish now
+            ended = [r for r, run in enumerate(group.runs) if run.at_end or run.final]
+            group.finish(ended)
+            group.leave(ended)
+            for run in group.runs:
+                store.set_status(run.id, "running", step=run.step)
+            while group.runs:
+                group.step()
+                if progress:
+                    progress(len(group.runs))
+                group.after_step()
+                if stop.requested:
+                    break
+            if stop.requested:  # checkpoint what is left, then stop the sweep (even if this group is done)
+                for r in range(len(group.runs)):
+                    group.save(r)
+                raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            for run in group.runs:
+                store.set_status(run.id, "interrupted", step=run.step)
+            raise
+        except Exception as e:
+            for run in group.runs:
+                store.set_status(run.id, "failed", step=run.step, error=f"{type(e).__name__}: {e}")
+            raise
     return {**results, **group.results}

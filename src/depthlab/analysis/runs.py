@@ -1,0 +1,259 @@
+"""A finished run back from the store: its config, its trained model, and its attention maps.
+
+``load_run`` rebuilds the model exactly as the engine built it (same family, shapes and extra width of the
+paper's constructed first layer) for one run (R = 1), then loads the run's checkpoint (safetensors, never
+pickle; the optimizer state is dropped). ``attention_maps`` runs chosen examples through it with
+``capture=True`` and returns every layer's and head's pattern with the tokens that label its axes.
+
+``select_runs`` reads the ``--runs`` filter of the commands that read the store (report, analyses).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import yaml
+
+from ..errors import UserError
+from ..store import Store, StoreError
+from ..tasks.base import SIGN, Batch, Task
+
+# Fields a --runs term may name directly (besides dotted config paths such as model.heads or task.k).
+FILTER_FIELDS = ("id", "task", "model", "status", "tag", "layers", "seed", "group")
+
+
+@dataclass
+class LoadedRun:
+    """A run rebuilt from the store: its record, validated config, task and trained model (one run, eval mode)."""
+
+    id: str
+    record: dict[str, Any]
+    config: Any  # depthlab.config.RunConfig
+    model: Any  # a RunStacked module with n_runs == 1
+    step: int  # the step of the loaded checkpoint
+
+    @property
+    def task(self) -> Task:
+        return self.config.task
+
+
+def checkpoint_folder(store: Store, run_id: str) -> Any:
+    """Where the engine keeps ``run_id``'s checkpoint (read only: creates nothing)."""
+    from ..store.sqlite import _check_id
+
+    return store.artifacts_root / _check_id(run_id)
+
+
+def build_run_model(config: Any) -> Any:
+    """The untrained model of a run, built as the engine builds it (for R = 1)."""
+    from ..constructions.seed001 import paper_first_layer
+    from ..models import build_model
+    from ..train.engine import task_shapes
+
+    task = config.task
+    shapes = task_shapes(task)
+    construction = paper_first_layer(task, config.model)
+    options = {"extra_width": construction.extra_width} if construction else {}
+    return build_model(config.model, shapes, [torch.Generator().manual_seed(config.seed)], **options)
+
+
+def load_run(store: Store, run_id: str) -> LoadedRun:
+    """Rebuild ``run_id``'s trained model from its config and checkpoint; UserError when that is impossible."""
+    from ..config import parse_run
+    from ..train.checkpoint import CheckpointError, load_checkpoint
+
+    record = store.get_run(run_id)
+    if record is None:
+        raise StoreError(f"run {run_id!r}: no such run in store {store.root} (see `depthlab runs`)")
+    try:
+        config = parse_run(record["config"])
+    except UserError as e:
+        raise UserError(f"run {run_id}: its config does not load in this depthlab ({e})") from None
+    try:
+        loaded = load_checkpoint(checkpoint_folder(store, run_id))
+    except CheckpointError as e:
+        raise UserError(f"run {run_id}: {e}") from None
+    if loaded is None:
+        raise UserError(f"run {run_id}: no checkpoint (status {record['status']}, step {record['step']})")
+    tensors, meta = loaded
+    weights = {k: v for k, v in tensors.items() if not k.startswith("optimizer.")}
+    model = build_run_model(config)
+    try:
+        model.load_run_state_dict(0, weights)
+    except ValueError as e:
+        raise UserError(f"run {run_id}: {e}") from None
+    model.eval().requires_grad_(False)
+    return LoadedRun(run_id, record, config, model, int(meta.get("step", record["step"] or 0)))
+
+
+# ----------------------------------------------------------------------------------------- examples
+
+
+def sample_examples(task: Task, n: int, seed: int = 0, split: str = "eval") -> Batch:
+    """``n`` examples of ``task`` drawn with a fixed seed: every run of the task sees the same ones."""
+    return task.sample(n, np.random.default_rng(seed), split)
+
+
+def encode_example(task: Task, text: str) -> Batch:
+    """One example written as ``depthlab sample`` prints it (``a → 1 b → 2 a → _1``) as a Batch.
+
+    Tokens are separated by spaces; ``->`` may stand for ``→``; a final ``_label`` gives the target (else the
+    target is unknown, stored as -1). The input must have the task's length n.
+    """
+    if task.input_dim:
+        raise UserError(f"--example: {task.name} takes vector inputs; its examples cannot be written as tokens")
+    tokens = text.replace("->", SIGN).split()
+    target = -1
+    if tokens and tokens[-1].startswith("_"):
+        label = tokens.pop()[1:]
+        if label not in task.labels:
+            raise UserError(f"--example: unknown target {label!r}; allowed: {', '.join(task.labels)}")
+        target = task.labels.index(label)
+    index = {tok: i for i, tok in enumerate(task.vocab)}
+    unknown = [t for t in tokens if t not in index]
+    if unknown:
+        vocab = " ".join(task.vocab)
+        raise UserError(f"--example: unknown token {unknown[0]!r}; the {task.name} vocabulary is {vocab}")
+    if len(tokens) != task.seq_len:
+        raise UserError(f"--example: {task.name} inputs have {task.seq_len} tokens, got {len(tokens)} in {text!r}")
+    inputs = np.array([[index[t] for t in tokens]], dtype=np.int64)
+    return Batch(inputs, np.array([target], dtype=np.int64))
+
+
+def _target_text(task: Task, batch: Batch, i: int) -> str | None:
+    """The target of example ``i`` as the task writes it, or None when unknown (an id of -1)."""
+    t = batch.targets[i]
+    if np.ndim(t) == 0 and np.issubdtype(batch.targets.dtype, np.integer) and int(t) < 0:
+        return None
+    return str(task.example_tokens(batch, i)[1])
+
+
+def _tokens(task: Task, batch: Batch, i: int) -> list[str]:
+    if task.input_dim:  # vector inputs: positions are the axes
+        return [str(j) for j in range(batch.inputs.shape[1])]
+    return [task.vocab[t] for t in batch.inputs[i]]
+
+
+def _prediction(task: Task, output: torch.Tensor) -> str:
+    """The model's answer for one example (output [C] or [P, C]) in the task's labels."""
+    if task.loss == "mse":
+        return " ".join(f"{v:.3g}" for v in output.reshape(-1).tolist())
+    if task.loss == "bce":
+        rows = output.reshape(-1, output.shape[-1])
+        return " | ".join(",".join(task.labels[j] for j in (row > 0).nonzero().flatten().tolist()) or "∅"
+                          for row in rows)
+    return " ".join(task.labels[j] for j in output.argmax(-1).reshape(-1).tolist())
+
+
+@torch.no_grad()
+def attention_maps(run: LoadedRun, batch: Batch) -> list[dict[str, Any]]:
+    """Every example of ``batch`` through ``run``'s model with its attention captured.
+
+    One dict per example: ``tokens`` (input token strings, the axes: query rows, key columns; positions for
+    vector inputs), ``target`` and ``prediction`` (as the task writes labels; target None when unknown),
+    ``correct`` (as the engine scores it; None when the target is unknown or the task has no accuracy),
+    ``text`` (the example in seed 001 Table 1 notation) and ``layers``: per layer a float array [heads, q, k].
+    """
+    from ..train.engine import read_tensor
+    from ..train.objectives import per_run_correct
+
+    task = run.task
+    out = run.model(torch.from_numpy(batch.inputs)[None], capture=True, read=read_tensor(task))
+    patterns = [p[0].float().numpy() for p in out.attentions]  # per layer [B, heads, q, k]
+    examples = []
+    for i in range(len(batch)):
+        tokens = _tokens(task, batch, i)
+        target = _target_text(task, batch, i)
+        correct = None
+        if target is not None:
+            hits = per_run_correct(out.outputs[:, i : i + 1], torch.from_numpy(batch.targets[i : i + 1])[None],
+                                   task.loss, task.accuracy_over)
+            correct = None if hits is None else bool(hits[0] >= 1)
+        examples.append({
+            "tokens": tokens,
+            "target": target,
+            "prediction": _prediction(task, out.outputs[0, i]),
+            "correct": correct,
+            "text": task.decode(batch, i) if target is not None else " ".join(tokens),
+            "layers": [p[i] for p in patterns],
+        })
+    return examples
+
+
+# ------------------------------------------------------------------------------------------- filter
+
+
+def _parse_value(text: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def _same(actual: Any, wanted: str) -> bool:
+    if isinstance(actual, list | tuple):
+        return any(_same(a, wanted) for a in actual) or str(list(actual)) == wanted.replace(" ", "")
+    if str(actual) == wanted:
+        return True
+    value = _parse_value(wanted)
+    if isinstance(actual, bool) or isinstance(value, bool):
+        return actual is value
+    if isinstance(actual, int | float) and isinstance(value, int | float):
+        return math.isclose(float(actual), float(value))
+    return False
+
+
+def _field(run: dict[str, Any], name: str) -> Any:
+    config = run["config"] or {}
+    direct = {"id": run["id"], "task": run["task"], "model": run["model"], "status": run["status"],
+              "tag": run["tags"], "layers": (config.get("model") or {}).get("layers"), "seed": config.get("seed"),
+              "group": run["group_id"]}
+    if name in direct:
+        return direct[name]
+    node: Any = config
+    for key in name.split("."):
+        if not isinstance(node, dict) or key not in node:
+            return _MISSING
+        node = node[key]
+    return node
+
+
+_MISSING = object()
+
+
+def parse_filter(text: str | None) -> list[tuple[str, list[str]]]:
+    """``--runs`` as (field, allowed values) pairs. Terms are comma-separated ``field=value``; a bare term is a
+    run id or id prefix; ``|`` separates alternatives (``task=icqa|template``); repeated fields add alternatives.
+    """
+    terms: dict[str, list[str]] = {}
+    for raw in (text or "").split(","):
+        term = raw.strip()
+        if not term:
+            continue
+        field, sep, value = term.partition("=")
+        if not sep:
+            field, value = "id", term
+        field, value = field.strip(), value.strip()
+        if not field or not value:
+            raise UserError(f"--runs: cannot read {term!r}; write field=value terms, e.g. task=icqa,layers=2")
+        if field not in FILTER_FIELDS and not field.startswith(("task.", "model.", "train.")):
+            raise UserError(f"--runs: unknown field {field!r}; allowed: {', '.join(FILTER_FIELDS)}, "
+                            f"or a config field such as model.heads, task.k, train.lr")
+        terms.setdefault(field, []).extend(v.strip() for v in value.split("|") if v.strip())
+    return list(terms.items())
+
+
+def select_runs(store: Store, text: str | None = None) -> list[dict[str, Any]]:
+    """The store's runs matching the ``--runs`` filter (every run when it is empty), oldest first."""
+    terms = parse_filter(text)
+    runs = store.find_runs()
+    for field, values in terms:
+        if field == "id":
+            runs = [r for r in runs if any(r["id"].startswith(v) for v in values)]
+        else:
+            runs = [r for r in runs if (a := _field(r, field)) is not _MISSING and any(_same(a, v) for v in values)]
+    return runs

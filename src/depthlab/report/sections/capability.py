@@ -1,0 +1,79 @@
+"""The capability heat map (task × depth, colour by accuracy, chance marked) and the selection panel: a
+click on a cell shows the cell's runs, their curves and their attention maps."""
+
+from __future__ import annotations
+
+from ..html import ReportContext, section
+from ..svg import Cell, esc, fmt, heatmap_svg
+from ._common import accuracy_text, cell_curves_figure, ensure_runs, grids, model_summary, plural
+
+
+def _tip(cell: dict, runs: dict) -> str:
+    lines = [f"{cell['task_label']} × {plural(cell['depth'])}"]
+    if cell["accuracy"] is not None:
+        each = ", ".join(fmt(runs[r]["accuracy"]) for r in cell["runs"] if runs[r]["accuracy"] is not None)
+        sd = f" ± {fmt(cell['accuracy_sd'])}" if cell["seeds"] > 1 else ""
+        lines.append(f"accuracy {fmt(cell['accuracy'])}{sd} over {cell['seeds']} seed"
+                     f"{'s' if cell['seeds'] != 1 else ''} ({each})")
+    else:
+        lines.append("no finished run")
+    if cell["chance"] is not None:
+        lines.append(f"chance {fmt(cell['chance'])}")
+    statuses = {}
+    for r in cell["runs"]:
+        statuses[runs[r]["status"]] = statuses.get(runs[r]["status"], 0) + 1
+    if set(statuses) != {"done"}:
+        lines.append("status: " + ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())))
+    lines.append("runs: " + " ".join(cell["runs"]))
+    lines.append("click for curves and attention maps")
+    return "\n".join(lines)
+
+
+@section("capability", "Capability: task × depth", order=10)
+def render(ctx: ReportContext) -> str | None:
+    all_grids = grids(ctx)
+    if not all_grids:
+        return None
+    runs = ensure_runs(ctx)
+    cells_data = ctx.data.setdefault("cells", {})
+    parts = ['<p class="legend">Colour: final accuracy, mean over seeds (0 to 1). '
+             '<span class="chance">Red tick</span>: chance level on the gauge at the foot of each cell (the bar is '
+             'the accuracy); hatched: not above chance (at most chance + 0.02). Hover a cell for its numbers and '
+             'run ids; click it for its runs, their training curves and attention maps.</p>']
+    for g, grid in enumerate(all_grids):
+        rows = [t["label"] for t in grid["tasks"]]
+        cols = [plural(d) for d in grid["depths"]]
+        cells = []
+        for cell in grid["cells"]:
+            tip = _tip(cell, runs)
+            text = accuracy_text(cell)
+            if cell["accuracy"] is None:
+                text = "failed" if cell["failed"] and len(cell["failed"]) == len(cell["runs"]) else "no result"
+            cells.append(Cell(
+                row=cell["task_index"], col=grid["depths"].index(cell["depth"]), value=cell["accuracy"],
+                text=text, tip=tip, href=f"#cell={cell['key']}", key=cell["key"], chance=cell["chance"],
+                attrs={"data-task": grid["tasks"][cell["task_index"]]["name"], "data-layers": str(cell["depth"]),
+                       "data-accuracy": "" if cell["accuracy"] is None else repr(cell["accuracy"]),
+                       "data-runs": " ".join(cell["runs"])}))
+            title = f"{cell['task_label']} × {plural(cell['depth'])}"
+            task = grid["tasks"][cell["task_index"]]
+            summary = (f"Accuracy {accuracy_text(cell)} over {cell['seeds']} finished of {len(cell['runs'])} runs "
+                       f"(chance {fmt(cell['chance'])}); evaluated on {task['eval_protocol'] or '?'} "
+                       f"({task['eval_examples'] or '?'} examples); model {model_summary(grid['model'])}; "
+                       f"{cell['steps'] if cell['steps'] is not None else '?'} steps.")
+            cells_data[cell["key"]] = {"title": title, "summary": summary, "runs": cell["runs"],
+                                       "accuracy": cell["accuracy"], "chance": cell["chance"]}
+            figure = cell_curves_figure(ctx, cell, title)
+            if figure:
+                ctx.add_template(f"tpl-cell-{cell['key']}", figure)
+        notes = [fmt(t["chance"]) for t in grid["tasks"]]
+        title = "final accuracy" if len(all_grids) == 1 else grid["model_label"]
+        svg = heatmap_svg(rows, cols, cells, title, row_notes=notes, uid=f"hm{g}")
+        protocols = "; ".join(f"{t['label']}: {t['eval_protocol']} ({t['eval_examples']} examples)"
+                              for t in grid["tasks"] if t["eval_protocol"])
+        parts.append(f'<p class="grid-note">model <code>{esc(model_summary(grid["model"]))}</code></p>')
+        parts.append(ctx.figure(svg, f"capability-{grid['model_label']}",
+                                f"Capability table as a heat map. Evaluated on — {protocols}"))
+    parts.append('<p id="selection-hint" class="muted">Click a cell (or a run id below) to see its runs here.</p>')
+    parts.append('<div id="selection" hidden></div>')
+    return "".join(parts)

@@ -1,0 +1,25 @@
+"""Training curves per group: seed 001 Figure 2 as SVG, one figure per model variant."""
+
+from __future__ import annotations
+
+from ..html import ReportContext, section
+from ..svg import esc
+from ._common import depth_curves_figure, ensure_runs, grids, model_summary
+
+
+@section("curves", "Training curves", order=20)
+def render(ctx: ReportContext) -> str | None:
+    all_grids = grids(ctx)
+    ensure_runs(ctx)
+    figures = []
+    for grid in all_grids:
+        if not any(ctx.metrics(r).get("eval") for c in grid["cells"] for r in c["runs"]):
+            continue
+        title = "training curves" if len(all_grids) == 1 else grid["model_label"]
+        figures.append(f'<p class="grid-note">model <code>{esc(model_summary(grid["model"]))}</code></p>')
+        figures.append(depth_curves_figure(ctx, grid, title))
+    if not figures:
+        return None
+    return ('<p class="legend">A column per task: eval accuracy above, eval loss below (log scale), a line per '
+            'depth (mean over seeds), shaded from the lowest to the highest seed. Each run\'s own curves are in '
+            'the selection panel above.</p>' + "".join(figures))

@@ -1,0 +1,159 @@
+"""Bounded Dyck languages, Dyck-(n, k) (seed 003 §4.1, Appendix E, Appendix H.1).
+
+Seed 003 §4.1: "Dyck-(n, k) is the language of well-matched strings over n types of parenthesis pairs […],
+where any prefix has at most k opening parentheses not yet closed." The task is recognition: label 1 when
+the string is in Dyck-(n, k), 0 otherwise, read at the last position (the last bracket; no extra token, so
+strings have length exactly N). The paper's experiments use Dyck-(2, 2); the generator below is H.1's for any
+n and k = ``depth``.
+
+Positives (H.1): "we iterate over N − 2 steps and for each step, we check whether the current depth of the
+stack is < 2. If the depth of the stack is 2, the sequence continues with the closing bracket corresponding to
+the open bracket in the stack. If the depth is < 2, the sequence is either continued by choosing one of the
+open brackets uniformly if the stack is empty or by choosing uniformly between open brackets and the closing
+bracket if the stack is non-empty. After N − 2 steps, the generated string could be a well-balanced string of
+length N − 2 in which case we add a depth 1 string of length 2 at the end […]. Otherwise, the stack could be
+nonempty we add the remaining closing brackets." With depth k the stack is full at k; the stack holds
+N − 2 mod 2 brackets at the end, so N must be even (and then it holds 0 or 2 for k = 2; in general an even
+number up to k, closed at the end; see ``positives`` for depths k > 2).
+
+Negatives (H.1): corrupt a fresh positive: "sample a number k = 1, …, N/10 uniformly at random and then pick
+k different indices uniformly at random. For each of those positions, with probability 1/2, we swap the types
+of brackets […] and with probability 1/2 we switch open brackets to closing brackets (or vice versa)." A
+corruption that is still in the language is redone. Labels are 1 with probability 1/2 (balanced classes).
+
+Token ids: type t opens as 2t and closes as 2t + 1: ( ) [ ] { } … Chance is 1/2.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from pydantic import Field, model_validator
+
+from depthlab.tasks.base import Batch, Task, check_split, register
+from depthlab.tasks.seed003 import eval_size_or, fixed_eval_set
+
+BRACKETS = ["(", ")", "[", "]", "{", "}", "<", ">"]
+
+
+def is_dyck(strings: np.ndarray, n_types: int, depth: int) -> np.ndarray:
+    """Membership in Dyck-(n_types, depth) of each row of token ids (a bounded stack per row, vectorised)."""
+    b, length = strings.shape
+    stack = np.zeros((b, depth + 1), dtype=np.int64)
+    top = np.zeros(b, dtype=np.int64)
+    ok = np.ones(b, dtype=bool)
+    rows = np.arange(b)
+    for j in range(length):
+        tok = strings[:, j]
+        kind, opening = tok // 2, tok % 2 == 0
+        # open: push (too deep is a failure); close: the top must be the same kind
+        push = opening & ok
+        ok &= ~(push & (top >= depth))
+        stack[rows, np.minimum(top, depth)] = np.where(push, kind, stack[rows, np.minimum(top, depth)])
+        top = np.where(push, top + 1, top)
+        pop = ~opening & ok
+        below = np.maximum(top - 1, 0)
+        ok &= ~(pop & ((top == 0) | (stack[rows, below] != kind)))
+        top = np.where(pop & ok, top - 1, top)
+    return ok & (top == 0)
+
+
+@register
+class BoundedDyck(Task):
+    name = "dyck"
+    section = "seed 003 §4.1, App. H.1"
+    summary = "bounded Dyck recognition: is the bracket string well matched with depth at most k?"
+    eval_protocol = "eval_size fresh strings of length exactly N (H.1 generator), balanced classes"
+
+    N: int = Field(20, ge=2, description="string length (even)")
+    n_types: int = Field(2, ge=1, le=4, description="n: types of bracket pairs")
+    depth: int = Field(2, ge=1, description="k: maximum depth")
+    eval_size: int = Field(5000, ge=1, description="evaluation examples (the paper: 5000 fresh examples)")
+
+    @model_validator(mode="after")
+    def _check(self) -> BoundedDyck:
+        if self.N % 2:
+            raise ValueError(f"N must be even (a well-matched string has even length), got {self.N}")
+        return self
+
+    @property
+    def vocab(self) -> list[str]:
+        return BRACKETS[: 2 * self.n_types]
+
+    @property
+    def labels(self) -> list[str]:
+        return ["0", "1"]
+
+    @property
+    def seq_len(self) -> int:
+        return self.N
+
+    @property
+    def chance(self) -> float:
+        return 0.5
+
+    def positives(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """H.1's positive generator, vectorised over examples (a loop over the N positions).
+
+        At each position: close the top bracket when the stack is full (depth k) or when the open brackets
+        exactly fill the rest of the string; otherwise choose uniformly among the n open brackets, plus the
+        closing bracket when the stack is non-empty (H.1's "uniformly between open brackets and the closing
+        bracket", read as uniform over those n + 1 tokens). For Dyck-(2, 2) this is H.1's procedure, its ending
+        included: after N − 2 steps the stack holds 0 brackets (then a random pair is added) or 2 (then
+        both are closed); for larger k it keeps every string at length exactly N.
+        """
+        big_n, k, types = self.N, self.depth, self.n_types
+        out = np.empty((n, big_n), dtype=np.int64)
+        stack = np.zeros((n, k + 1), dtype=np.int64)
+        top = np.zeros(n, dtype=np.int64)
+        rows = np.arange(n)
+        for j in range(big_n):
+            remaining = big_n - j
+            empty = top == 0
+            choice = (rng.random(n) * np.where(empty, types, types + 1)).astype(np.int64)
+            close = (top >= k) | (top >= remaining) | (~empty & (choice == types))
+            kind = np.where(close, stack[rows, np.maximum(top - 1, 0)], np.minimum(choice, types - 1))
+            out[:, j] = 2 * kind + close
+            slot = np.minimum(top, k)
+            stack[rows, slot] = np.where(close, stack[rows, slot], kind)
+            top = np.where(close, top - 1, top + 1)
+        return out
+
+    def corrupt(self, strings: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """H.1's corruption: k ~ U{1..max(1, N/10)} distinct positions; at each, swap the type or flip the
+        direction of the bracket (probability 1/2 each). Rows still in the language are corrupted again."""
+        out = strings.copy()
+        todo = np.arange(len(out))
+        while len(todo):
+            rows = strings[todo].copy()
+            m = len(todo)
+            k = rng.integers(1, max(1, self.N // 10) + 1, m)
+            order = np.argsort(rng.random((m, self.N)), axis=1)
+            chosen = np.zeros((m, self.N), dtype=bool)
+            np.put_along_axis(chosen, order, np.arange(self.N)[None] < k[:, None], axis=1)
+            swap_type = rng.random((m, self.N)) < 0.5
+            kind, is_close = rows // 2, rows % 2
+            other = (kind + rng.integers(1, max(self.n_types, 2), (m, self.N))) % self.n_types
+            new_kind = np.where(chosen & swap_type, other, kind)
+            new_close = np.where(chosen & ~swap_type, 1 - is_close, is_close)
+            rows = 2 * new_kind + new_close
+            out[todo] = rows
+            todo = todo[is_dyck(rows, self.n_types, self.depth)]
+        return out
+
+    def sample(self, n: int, rng: np.random.Generator, split: str = "train") -> Batch:
+        check_split(split, ("train", "eval"))
+        labels = (rng.random(n) < 0.5).astype(np.int64)
+        strings = self.positives(n, rng)
+        negative = labels == 0
+        strings[negative] = self.corrupt(strings[negative], rng)
+        return Batch(strings, labels)
+
+    def dataset_size(self, split: str = "eval") -> int:
+        check_split(split, ("train", "eval"))
+        return eval_size_or(self.eval_size, (2 * self.n_types) ** self.N, split)
+
+    def enumerate(self, split: str = "eval") -> Batch | None:
+        return fixed_eval_set(self, split)
+
+    def decode(self, batch: Batch, i: int) -> str:
+        return "".join(self.vocab[t] for t in batch.inputs[i]) + " _" + self.labels[int(batch.targets[i])]

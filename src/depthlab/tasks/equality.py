@@ -1,0 +1,210 @@
+"""String equality in the three settings of seed 003 Appendix H.2: Eq-random, Eq-one and Eq-ncp.
+
+H.2 setup: "we have a vocabulary Σ which contains one token that is reserved as a separator token '[sep]' and
+is placed between the first half and the second half of the input string. For each task, while creating an
+example we first pick the length k uniformly at random from N/10, N/10 + 2, N/10 + 4, … N […]. During
+evaluation, we test the models on strings of length exactly N." A string is x [sep] y with |x| = |y| = k/2.
+
+- Eq-random (``eq_random``): Σ = {0, 1, [sep]}; "With probability 1/2, we create a positive example by first
+  sampling a string of length k/2 uniformly followed by the separator token and then the same string again.
+  With probability 1/2, we create the second half of the string by sampling another string of the same length
+  […]. We assign the label based on whether or not it is equal to the first half."
+- Eq-one (``eq_one``): "a vocabulary with 1024 […] To generate a negative example, we set the second half to
+  be equal to the first half and then change the symbol at only one of the positions." Positives as above.
+- Eq-ncp (``eq_ncp``): next-character prediction, "a model is required to predict the next set of valid
+  continuations for every prefix of a given string […] The prediction for a particular input string is
+  considered correct if the prediction for every prefix is correct." Every example is a string x [sep] x of
+  the language {w [sep] w : |w| ≥ 1}; the multi-label target after each prefix marks the valid next tokens
+  among Σ ∪ {[sep], [eos]}: every symbol and [sep] inside the first half, exactly one symbol (the one to copy)
+  after [sep], and [eos] once the copy is complete. Read at every position, binary cross-entropy per label.
+
+Token ids: symbols 0..|Σ|-1, [sep] = |Σ|, padding = |Σ| + 1. Inputs have N + 1 tokens; shorter training
+strings are padded on the left (the classification read-out stays the last position; nothing is masked, a pad
+is a token the model learns to skip). In Eq-ncp the target after a pad is the continuation of the empty
+prefix: every symbol. Evaluation strings have length N, hence no pads.
+
+Memory note for Eq-ncp: targets are [examples, N + 1, |Σ| + 2] bytes and logits the same number of floats;
+with |Σ| = 1024 keep N small at quick scale (the engine evaluates up to 8,192 examples in one chunk), or
+lower ``eval_size``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import numpy as np
+from pydantic import Field, model_validator
+
+from depthlab.tasks.base import Batch, Task, check_split, register
+from depthlab.tasks.seed003 import eval_size_or, fixed_eval_set
+
+SPLITS = ("train", "eval")
+
+
+class _Equality(Task):
+    """What the three settings share: lengths, layout, padding."""
+
+    N: int = Field(20, ge=2, description="evaluation length: |x| + |y| (even)")
+    alphabet: int = Field(2, ge=2, description="|Σ| without [sep]")
+    eval_size: int = Field(5000, ge=1, description="evaluation examples (the paper: 5000 fresh examples)")
+
+    default_alphabet: ClassVar[int] = 2
+
+    @model_validator(mode="after")
+    def _check(self) -> _Equality:
+        if self.N % 2:
+            raise ValueError(f"N must be even (two halves of equal length), got {self.N}")
+        return self
+
+    @property
+    def sep_id(self) -> int:
+        return self.alphabet
+
+    @property
+    def pad_id(self) -> int:
+        return self.alphabet + 1
+
+    @property
+    def min_length(self) -> int:
+        """The shortest training length: N/10 rounded up to an even number (at least 2)."""
+        return max(2, 2 * math.ceil(self.N / 20))
+
+    @property
+    def vocab(self) -> list[str]:
+        return [*(str(i) for i in range(self.alphabet)), "|", "·"]
+
+    @property
+    def seq_len(self) -> int:
+        return self.N + 1
+
+    def lengths(self, n: int, rng: np.random.Generator, split: str) -> np.ndarray:
+        """k per example: uniform over N/10, N/10 + 2, …, N for training; N for evaluation."""
+        if split == "eval":
+            return np.full(n, self.N)
+        choices = np.arange(self.min_length, self.N + 1, 2)
+        return choices[rng.integers(0, len(choices), n)]
+
+    def layout(self, x: np.ndarray, y: np.ndarray, k: np.ndarray) -> np.ndarray:
+        """Inputs [n, N + 1]: pads, x[:k/2], [sep], y[:k/2] (x, y are [n, N/2], used up to k/2)."""
+        n, half = x.shape[0], self.N // 2
+        cols = np.arange(self.N + 1)[None]
+        start = (self.N - k)[:, None]  # first column of x
+        h = (k // 2)[:, None]
+        i_x, i_y = cols - start, cols - start - h - 1
+        out = np.full((n, self.N + 1), self.pad_id, dtype=np.int64)
+        in_x, in_y = (i_x >= 0) & (i_x < h), (i_y >= 0) & (i_y < h)
+        out = np.where(in_x, np.take_along_axis(x, np.clip(i_x, 0, half - 1), 1), out)
+        out = np.where(in_y, np.take_along_axis(y, np.clip(i_y, 0, half - 1), 1), out)
+        return np.where(i_x == h, self.sep_id, out)
+
+    def dataset_size(self, split: str = "eval") -> int:
+        check_split(split, SPLITS)
+        return eval_size_or(self.eval_size, self.alphabet**self.N, split)
+
+    def enumerate(self, split: str = "eval") -> Batch | None:
+        return fixed_eval_set(self, split)
+
+
+class _Classification(_Equality):
+    eval_protocol = "eval_size fresh strings of length exactly N (training lengths N/10, N/10 + 2, …, N)"
+
+    @property
+    def labels(self) -> list[str]:
+        return ["0", "1"]
+
+    @property
+    def chance(self) -> float:
+        return 0.5
+
+    def second_half(self, x: np.ndarray, k: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        raise NotImplementedError
+
+    def sample(self, n: int, rng: np.random.Generator, split: str = "train") -> Batch:
+        check_split(split, SPLITS)
+        k = self.lengths(n, rng, split)
+        x = rng.integers(0, self.alphabet, (n, self.N // 2))
+        positive = rng.random(n) < 0.5
+        y = np.where(positive[:, None], x, self.second_half(x, k, rng))
+        used = np.arange(self.N // 2)[None] < (k // 2)[:, None]
+        label = ((x == y) | ~used).all(1)
+        return Batch(self.layout(x, y, k), label.astype(np.int64), {"k": k.astype(np.int64)})
+
+    def decode(self, batch: Batch, i: int) -> str:
+        return " ".join(self.vocab[t] for t in batch.inputs[i] if t != self.pad_id) + " _" + str(batch.targets[i])
+
+
+@register
+class EqRandom(_Classification):
+    name = "eq_random"
+    section = "seed 003 App. H.2 (i)"
+    summary = "string equality, negatives with a random second half (binary strings)"
+
+    alphabet: int = Field(2, ge=2, description="|Σ| without [sep] (the paper: binary)")
+
+    def second_half(self, x: np.ndarray, k: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        return rng.integers(0, self.alphabet, x.shape)
+
+
+@register
+class EqOne(_Classification):
+    name = "eq_one"
+    section = "seed 003 App. H.2 (ii)"
+    summary = "string equality, negatives differ from the first half in exactly one symbol"
+
+    alphabet: int = Field(1024, ge=2, description="|Σ| without [sep] (the paper: 1024)")
+
+    def second_half(self, x: np.ndarray, k: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        n = x.shape[0]
+        rows = np.arange(n)
+        where = (rng.random(n) * (k // 2)).astype(np.int64)  # a position inside the used half
+        y = x.copy()
+        y[rows, where] = (x[rows, where] + rng.integers(1, self.alphabet, n)) % self.alphabet
+        return y
+
+
+@register
+class EqNCP(_Equality):
+    name = "eq_ncp"
+    section = "seed 003 App. H.2 (iii)"
+    summary = "string equality as next-character prediction: valid continuations of every prefix of w|w"
+    eval_protocol = "eval_size fresh strings w|w of length exactly N; correct when every prefix's label set is right"
+    loss = "bce"
+    accuracy_over = "example"
+
+    alphabet: int = Field(1024, ge=2, description="|Σ| without [sep] (the paper: 1024)")
+
+    @property
+    def labels(self) -> list[str]:
+        return [*(str(i) for i in range(self.alphabet)), "|", "$"]
+
+    @property
+    def read_positions(self) -> list[int]:
+        return list(range(self.seq_len))
+
+    @property
+    def chance(self) -> float:
+        return 0.0  # a uniform guess of the second half is right with probability |Σ|^(−N/2)
+
+    def sample(self, n: int, rng: np.random.Generator, split: str = "train") -> Batch:
+        check_split(split, SPLITS)
+        k = self.lengths(n, rng, split)
+        x = rng.integers(0, self.alphabet, (n, self.N // 2))
+        inputs = self.layout(x, x, k)
+        a, length = self.alphabet, self.N + 1
+        targets = np.zeros((n, length, a + 2), dtype=np.uint8)
+        cols = np.arange(length)[None]
+        start, h = (self.N - k)[:, None], (k // 2)[:, None]
+        i = cols - start  # index in the string x|x of each column (negative: a pad)
+        targets[:, :, :a] = (i < h)[..., None]  # pads and first half: every symbol
+        targets[:, :, a] = ((i >= 0) & (i < h))[..., None].squeeze(-1)  # inside x: [sep] is valid too
+        copying = (i >= h) & (i < 2 * h)  # after [sep] or a copied symbol, not yet complete: one symbol
+        j = np.clip(i - h, 0, self.N // 2 - 1)
+        nxt = np.take_along_axis(x, j, 1)
+        rows, pos = np.nonzero(copying)
+        targets[rows, pos, nxt[rows, pos]] = 1
+        targets[:, :, a + 1] = i == 2 * h  # the copy is complete: end of string
+        return Batch(inputs, targets, {"k": k.astype(np.int64)})
+
+    def decode(self, batch: Batch, i: int) -> str:
+        return " ".join(self.vocab[t] for t in batch.inputs[i] if t != self.pad_id)

@@ -1,0 +1,74 @@
+"""The seed 002 presets: they load at both scales, and their summaries work end to end on tiny runs."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import pytest
+
+from depthlab.analysis.emergence import layers_summary
+from depthlab.config import TrainSpec, parse_run
+from depthlab.store import Store
+from depthlab.sweep.presets import load_preset
+from depthlab.train.engine import train_group
+
+KEEPS_HISTORY = "keep_checkpoints" in TrainSpec.model_fields
+
+
+@pytest.mark.parametrize("name", ["seed002-layers", "seed002-emergence"])
+@pytest.mark.parametrize("scale", ["quick", "paper"])
+def test_presets_load(name, scale):
+    if name == "seed002-emergence" and not KEEPS_HISTORY:
+        pytest.skip("needs train.keep_checkpoints in the engine")
+    preset = load_preset(name, scale)
+    assert preset.runs and preset.note
+    module, _, function = preset.raw["summary"].partition(":")
+    assert callable(getattr(importlib.import_module(module), function))
+    names = {r.task.name for r in preset.runs}
+    assert names == {"retrieval_vec"}
+    if name == "seed002-layers":
+        assert {r.task.target for r in preset.runs} == {"ic", "non_ic"}
+    else:
+        assert all(r.model.heads == 1 and r.train.keep_checkpoints for r in preset.runs)
+
+
+def test_layers_summary_on_tiny_runs(tmp_path):
+    store = Store(tmp_path / "store")
+    ids = []
+    for target in ("ic", "non_ic"):
+        configs = [parse_run({
+            "task": {"name": "retrieval_vec", "N": 2, "D": 2, "target": target},
+            "model": {"name": "transformer", "layers": 1, "heads": 2, "width": 16, "mlp": False},
+            "train": {"optimizer": "adamw", "lr": 0.003, "steps": 20, "batch_size": 16, "eval_every": 10,
+                      "eval_examples": 64},
+            "seed": seed}) for seed in (0, 1)]
+        results = train_group(configs, store)
+        ids += list(results)
+    figure = tmp_path / "fig" / "layers.png"
+    summary, table = layers_summary(store, ids, figure, "tiny")
+    rows = {r["formulation"]: r for r in summary["rows"]}
+    assert set(rows) == {"ic", "non_ic"}
+    assert rows["ic"]["layers"] == 1 and rows["ic"]["seeds"] == 2
+    assert len(rows["ic"]["partial_losses"]) == 2 and rows["ic"]["partial_names"] == ["x1", "x2"]
+    assert len(rows["non_ic"]["partial_losses"]) == 1 and rows["non_ic"]["partial_names"] == ["x2"]
+    assert 0.3 < rows["non_ic"]["loss"] < 3.0  # about the targets' variance after 20 steps
+    assert Path(summary["figure"]).exists() and table.row_count == 2
+
+
+@pytest.mark.skipif(not KEEPS_HISTORY, reason="needs train.keep_checkpoints in the engine")
+def test_engine_keeps_history_and_logs_partial_losses(tmp_path):
+    """The engine hooks the seed 002 analyses rely on: partial losses in the metrics and the final row, and the
+    weights of every checkpoint kept as history (read by `analyze emergence`)."""
+    from depthlab.analysis.emergence import history
+
+    store = Store(tmp_path / "store")
+    config = parse_run({
+        "task": {"name": "retrieval_vec", "N": 2, "D": 2},
+        "model": {"name": "transformer", "layers": 1, "heads": 1, "width": 8, "mlp": False},
+        "train": {"optimizer": "adamw", "steps": 30, "batch_size": 8, "eval_every": 10, "eval_examples": 32,
+                  "checkpoint_every": 10, "keep_checkpoints": True}})
+    (run_id, final), = train_group([config], store).items()
+    assert set(final["partial_losses"]) == {"x1", "x2"}
+    assert len(store.metrics(run_id)["eval"]["loss_x1"]) == 3
+    assert [step for step, _ in history(store, run_id)] == [10, 20]  # the last step is the final checkpoint
