@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from depthlab.errors import UserError
+from depthlab.report.figures import save_figure
 
 analyze_app = typer.Typer(no_args_is_help=True, help="Look inside a trained run: attention maps, ablations, circuits, "
                                                      "emergence (seed 002 Appendix E, Figure 7).")
@@ -189,10 +190,7 @@ def _circuit_figure(result: dict[str, Any], path: Path, run_id: str) -> Path:
         ax.set_xlabel("validation loss")
         ax.set_title(f"run {run_id}: circuit validation (seed 002 Appendix E)", fontsize=8)
         ax.legend(frameon=False, fontsize=7)
-        fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path)
-        plt.close(fig)
+        save_figure(fig, path)
     return path
 
 

@@ -37,7 +37,7 @@ from rich.console import Group as RichGroup
 from rich.table import Table
 
 from ..errors import UserError
-from ..report.figures import STYLE
+from ..report.figures import STYLE, save_figure
 from ..store import Store
 from .ablation import capture, score
 from .circuit import Circuit, discover, path_attention, validate
@@ -333,10 +333,7 @@ def layers_figure(rows: list[dict[str, Any]], path: Path, title: str = "") -> Pa
             ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
         if title:
             fig.suptitle(title, fontsize=9)
-        fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path)
-        plt.close(fig)
+        save_figure(fig, path)
     return path
 
 

@@ -23,6 +23,7 @@ from rich.table import Table
 
 from ..models import MODELS
 from ..models.recurrent import kv_cache_size
+from ..report.figures import save_figure
 from ..store import Store
 
 SHORT = {"transformer": "TF", "attention_only": "AttnOnly", "lstm": "LSTM", "linear_transformer": "LinTF",
@@ -209,10 +210,7 @@ def heatmap_figure(rows: list[dict[str, Any]], path: Path, title: str) -> Path:
             ax.set_xlabel("length N")
             ax.set_title(task)
         fig.suptitle(title, fontsize=9)
-        fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path)
-        plt.close(fig)
+        save_figure(fig, path)
     return path
 
 
@@ -242,10 +240,7 @@ def curves_figure(curve_sets: dict[tuple[str, str], list[dict[str, list]]], chan
             ax.set_title(f"{task}, N = {lengths[task]}")
             ax.legend(frameon=False, fontsize=7)
         axes[0, 0].set_ylabel("accuracy (validation)")
-        fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path)
-        plt.close(fig)
+        save_figure(fig, path)
     return path
 
 

@@ -10,7 +10,17 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+
 # parse_math off: labels from configs (task names, tokens) are drawn as written, never as mathtext
+def save_figure(fig: plt.Figure, path: Path) -> Path:
+    """Lay out, write (format by suffix: PNG, SVG, PDF; folders created) and release a figure."""
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
 STYLE = {"text.parse_math": False, "font.size": 9, "axes.spines.top": False, "axes.spines.right": False,
          "figure.dpi": 120}
 
@@ -47,10 +57,7 @@ def depth_figure(curves: dict[tuple[str, int], list[dict[str, list[float]]]], ta
         axes[0, 0].set_ylabel("accuracy (eval)")
         axes[1, 0].set_ylabel("loss (eval)")
         axes[0, -1].legend(loc="lower right", frameon=False)
-        fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path)
-        plt.close(fig)
+        save_figure(fig, path)
     return path
 
 
