@@ -167,3 +167,11 @@ def test_other_objectives_train(tmp_path, model):
     regress = parse_run({"task": {"name": "test_regress"}, "model": model, "train": train})
     final = train_group([regress], store)[Store.run_id(regress.to_dict())]
     assert final["accuracy"] is None and final["loss"] < 1.0  # predicting 0 costs 3 (the targets' variance)
+
+
+def test_bf16_trains_small_models_through_the_single_thread_products(tmp_path):
+    """Tiny products take the one-thread path; under bf16 autocast its backward must mix dtypes correctly."""
+    runs = {p: [config(seed=s, precision=p) for s in range(2)] for p in ("fp32", "bf16")}
+    finals = {p: list(train_group(c, Store(tmp_path / p)).values()) for p, c in runs.items()}
+    for fp32, bf16 in zip(finals["fp32"], finals["bf16"]):
+        assert np.isfinite(bf16["loss"]) and abs(bf16["loss"] - fp32["loss"]) < 0.05 * fp32["loss"]

@@ -145,17 +145,19 @@ class _SingleThreadMatmul(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         a, b = ctx.saved_tensors
+        # Under bf16 autocast the forward product (and so ``grad``) is bf16 while a and b are fp32: multiply in
+        # the gradient's precision and hand each gradient back in its input's dtype.
         with _one_thread():
-            grad_a = grad @ b.transpose(-1, -2) if ctx.needs_input_grad[0] else None
-            grad_b = a.transpose(-1, -2) @ grad if ctx.needs_input_grad[1] else None
-        return _sum_to(grad_a, a.shape), _sum_to(grad_b, b.shape)
+            grad_a = grad @ b.transpose(-1, -2).to(grad.dtype) if ctx.needs_input_grad[0] else None
+            grad_b = a.transpose(-1, -2).to(grad.dtype) @ grad if ctx.needs_input_grad[1] else None
+        return _sum_to(grad_a, a.shape, a.dtype), _sum_to(grad_b, b.shape, b.dtype)
 
 
-def _sum_to(grad: torch.Tensor | None, shape: torch.Size) -> torch.Tensor | None:
-    """Undo broadcasting over leading dimensions in a gradient."""
-    if grad is None or grad.shape == shape:
-        return grad
-    return grad.sum_to_size(shape)
+def _sum_to(grad: torch.Tensor | None, shape: torch.Size, dtype: torch.dtype) -> torch.Tensor | None:
+    """Undo broadcasting over leading dimensions in a gradient, in the input's dtype."""
+    if grad is None:
+        return None
+    return (grad if grad.shape == shape else grad.sum_to_size(shape)).to(dtype)
 
 
 class _one_thread:
