@@ -129,3 +129,24 @@ def test_single_thread_matmul_gradients_with_broadcasting():
     b = torch.randn(2, 3, 1, 6, 5, dtype=torch.float64, requires_grad=True)  # broadcast over heads
     assert torch.autograd.gradcheck(_SingleThreadMatmul.apply, (a, b))
     torch.testing.assert_close(_SingleThreadMatmul.apply(a, b), a @ b)
+
+
+def test_causal_uniform_override_never_sees_the_future():
+    """A causal model's uniform ablation weights only keys 0 … i at query i (seed 002 App. E ablations)."""
+    from depthlab.models.base import override_pattern
+
+    pattern = override_pattern("uniform", torch.zeros(1, 1, 4, 4), causal=True)[0, 0]
+    assert torch.allclose(pattern.sum(-1), torch.ones(4))
+    assert torch.all(pattern.triu(1) == 0) and torch.isclose(pattern[3, 0], torch.tensor(0.25))
+
+
+def test_override_of_the_last_layer_is_placed_at_the_last_query():
+    """identity / a full-size tensor on the read-out layer act on the last query, as on every other layer."""
+    spec = AttentionOnlySpec(layers=1, heads=1, attention="softmax", init="random")
+    model = build_model(spec, TaskShapes(vocab_size=5, seq_len=4, n_classes=5), [torch.Generator().manual_seed(0)])
+    tokens = torch.randint(0, 5, (1, 3, 4))
+    identity = torch.eye(4)
+    by_name = model(tokens, override={(0, 0): "identity"}).outputs
+    by_tensor = model(tokens, override={(0, 0): identity}).outputs
+    expected = model(tokens, override={(0, 0): identity}, capture=True).outputs
+    assert torch.allclose(by_name, by_tensor) and torch.allclose(by_name, expected)

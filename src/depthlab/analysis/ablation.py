@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from ..errors import UserError
+from ..models.base import override_pattern
 from ..tasks.base import Batch, Task
 from ..train.objectives import per_run_correct, per_run_loss
 
@@ -135,19 +136,7 @@ def parse_ablation(text: str, model: Any, task: Task) -> tuple[tuple[int, int], 
 
 def fixed_pattern(kind: str, n: int, causal: bool) -> torch.Tensor:
     """[n, n] pattern of a positional kind: uniform (over the visible keys), identity or previous."""
-    if kind == "uniform":
-        if causal:
-            tri = torch.ones(n, n).tril()
-            return tri / tri.sum(-1, keepdim=True)
-        return torch.full((n, n), 1.0 / n)
-    if kind == "identity":
-        return torch.eye(n)
-    if kind == "previous":
-        prev = torch.zeros(n, n)
-        idx = torch.arange(n)
-        prev[idx, (idx - 1).clamp(min=0)] = 1.0
-        return prev
-    raise ValueError(f"unknown pattern {kind!r}")
+    return override_pattern(kind, torch.zeros(n, n), causal)
 
 
 def onehot_rows(base: torch.Tensor, paths: list[tuple[str, str]], roles: dict[str, np.ndarray],

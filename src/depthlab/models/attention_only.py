@@ -130,8 +130,9 @@ class AttentionOnly(RunStacked):
         h = self.embed(inputs)
         patterns = []
         for layer in range(self.layers):
-            # The classifier reads only the last position, so the last layer computes only that query.
-            last_only = layer == self.layers - 1 and not capture and read is None
+            # The classifier reads only the last position, so the last layer computes only that query (not when
+            # patterns are overridden: those are written for every query).
+            last_only = layer == self.layers - 1 and not capture and read is None and not override
             out, pattern = self.attend(layer, h, last_only, override)
             if capture:
                 patterns.append(pattern)

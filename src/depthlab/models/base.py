@@ -58,17 +58,21 @@ def register(spec_cls: type[ModelSpec]):
 Override = dict[tuple[int, int], "torch.Tensor | str"]
 
 
-def override_pattern(kind: torch.Tensor | str, like: torch.Tensor) -> torch.Tensor:
+def override_pattern(kind: torch.Tensor | str, like: torch.Tensor, causal: bool = False) -> torch.Tensor:
     """The replacement pattern for one head, shaped like ``like`` ([R, B, q, k]).
 
-    uniform: every key weighted 1/n; identity: each query attends to itself; previous: to the position
-    before it (position 0 to itself); a tensor: used as given (broadcast).
+    uniform: every key the query may see weighted equally (with ``causal``, query i weights keys 0 … i by
+    1/(i + 1), so an ablation never lets a position see the future); identity: each query attends to itself;
+    previous: to the position before it (position 0 to itself); a tensor: used as given (broadcast).
     """
     n_q, n_k = like.shape[-2:]
     if isinstance(kind, torch.Tensor):
         return kind.to(like.dtype).expand_as(like)
     if kind == "uniform":
-        return torch.full_like(like, 1.0 / n_k)
+        if not causal:
+            return torch.full_like(like, 1.0 / n_k)
+        visible = torch.ones(n_q, n_k, dtype=like.dtype).tril(n_k - n_q)
+        return (visible / visible.sum(-1, keepdim=True)).expand_as(like)
     if kind == "identity":
         return torch.eye(n_q, n_k, dtype=like.dtype).expand_as(like)
     if kind == "previous":

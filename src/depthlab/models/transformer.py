@@ -205,7 +205,7 @@ class Transformer(RunStacked):
             pattern = pattern.clone()
             for (o_layer, head), kind in override.items():
                 if o_layer == layer:
-                    pattern[:, :, head] = override_pattern(kind, pattern[:, :, head])
+                    pattern[:, :, head] = override_pattern(kind, pattern[:, :, head], self.spec.causal)
         z = batched_matmul(pattern, v)  # [R, B, h, n, d_head]
         out = torch.einsum("rbhne,rhed->rbnd", z, self.param(f"{p}.W_O")) + self.param(f"{p}.b_O")[:, None, None]
         return out, pattern
