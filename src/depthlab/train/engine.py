@@ -37,7 +37,9 @@ EXHAUSTIVE_EVAL_LIMIT = 400_000  # evaluate on the whole dataset when it has at 
 SAMPLED_EVAL_EXAMPLES = 20_000  # otherwise on this many held-out examples, the same for every run
 EVAL_SEED = 20240229  # the fixed evaluation sample does not depend on any run's seed
 CHUNK_EXAMPLES = 8192  # examples generated per call to task.sample (one call covers many steps)
-EVAL_CHUNK = 8192
+EVAL_CHUNK = 8192  # at most this many examples per evaluation forward pass …
+EVAL_ELEMENTS = 2**27  # … and about this many activations (runs × examples × n × max(n, 64)): long sequences
+# with many runs would otherwise ask for tens of GB at once (attention scores grow with n²)
 
 
 def task_shapes(task: Task) -> TaskShapes:
@@ -116,8 +118,10 @@ def evaluate(model: torch.nn.Module, task: Task, batch: Batch, autocast: Any,
     correct = torch.zeros(runs)
     partial_fn = getattr(task, "partial_losses", None) if partial is not None else None
     inputs, targets = torch.from_numpy(batch.inputs), torch.from_numpy(batch.targets)
-    for start in range(0, len(batch), EVAL_CHUNK):
-        x, y = inputs[start : start + EVAL_CHUNK], targets[start : start + EVAL_CHUNK]
+    n = inputs.shape[1]
+    chunk = max(1, min(EVAL_CHUNK, EVAL_ELEMENTS // (runs * n * max(n, 64))))
+    for start in range(0, len(batch), chunk):
+        x, y = inputs[start : start + chunk], targets[start : start + chunk]
         x, y = x.expand(runs, *x.shape), y.expand(runs, *y.shape)
         with autocast:
             outputs = model(x, read=read).outputs
