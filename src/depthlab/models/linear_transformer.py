@@ -75,7 +75,7 @@ class LinearTransformer(SequenceStack):
         for s in ("Q", "K", "V"):
             self.add(f"{p}.W_{s}", self.normal([h, d, dh]))
             self.add(f"{p}.b_{s}", self.const([h, dh], 0.0))
-        self.add(f"{p}.W_O", self.normal([h, dh, d], self.spec.init_std / math.sqrt(2 * self.spec.layers)))
+        self.add(f"{p}.W_O", self.normal([h, dh, d], self.spec.std / math.sqrt(2 * self.spec.layers)))
         self.add(f"{p}.b_O", self.const([d], 0.0))
 
     def qkv(self, layer: int, x: torch.Tensor) -> tuple[torch.Tensor, ...]:

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field
 
-from .base import ModelOutput, ModelSpec, RunStacked, TaskShapes
+from .base import ModelOutput, ModelSpec, RunStacked, TaskShapes, init_std_for
 
 
 def per_run(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -50,7 +50,11 @@ class RecurrentSpec(ModelSpec):
 
     layers: int = Field(1, ge=1, le=64)
     width: int = Field(64, ge=1, description="d_model: embedding and residual width")
-    init_std: float = Field(0.02, gt=0, description="standard deviation of embeddings and projections")
+    init_std: float | None = Field(None, gt=0, description="std of embeddings and projections; None = 0.8/√width")
+
+    @property
+    def std(self) -> float:
+        return init_std_for(self.width, self.init_std)
 
     @property
     def state_size(self) -> int:  # pragma: no cover - every family overrides it
@@ -83,7 +87,7 @@ class SequenceStack(RunStacked):
                 self.add_norm(f"{p}.ln2", d)
                 self.add(f"{p}.mlp.W_in", self.normal([d, width]))
                 self.add(f"{p}.mlp.b_in", self.const([width], 0.0))
-                self.add(f"{p}.mlp.W_out", self.normal([width, d], spec.init_std / math.sqrt(2 * spec.layers)))
+                self.add(f"{p}.mlp.W_out", self.normal([width, d], spec.std / math.sqrt(2 * spec.layers)))
                 self.add(f"{p}.mlp.b_out", self.const([d], 0.0))
         self.add_norm("ln_final", d)
         self.add("unembed.W_U", self.normal([d, shapes.n_classes]))
@@ -92,7 +96,7 @@ class SequenceStack(RunStacked):
 
     # --- initialisation helpers (run r from generators[r]) ------------------------------------------
     def normal(self, shape: list[int], std: float | None = None) -> torch.Tensor:
-        std = self.spec.init_std if std is None else std
+        std = self.spec.std if std is None else std
         return torch.stack([torch.randn(shape, generator=g) * std for g in self._generators])
 
     def uniform(self, shape: list[int], low: float, high: float) -> torch.Tensor:

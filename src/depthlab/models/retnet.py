@@ -85,7 +85,7 @@ class RetNet(SequenceStack):
         for s in ("Q", "K", "V"):
             self.add(f"{p}.W_{s}", self.normal([h, d, dh]))
         self.add(f"{p}.W_G", self.normal([d, d]))
-        self.add(f"{p}.W_O", self.normal([h, dh, d], self.spec.init_std / math.sqrt(2 * self.spec.layers)))
+        self.add(f"{p}.W_O", self.normal([h, dh, d], self.spec.std / math.sqrt(2 * self.spec.layers)))
 
     def qkv(self, layer: int, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         p = f"blocks.{layer}.ret"

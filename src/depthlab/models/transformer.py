@@ -32,6 +32,7 @@ from .base import (
     RunStacked,
     TaskShapes,
     batched_matmul,
+    init_std_for,
     override_pattern,
     register,
 )
@@ -50,7 +51,7 @@ class TransformerSpec(ModelSpec):
     d_mlp: int | None = Field(None, ge=1, description="MLP hidden size; None = 4 × width")
     positional: Literal["learned", "sinusoidal", "rotary", "onehot"] = "learned"
     causal: bool = True
-    init_std: float = Field(0.02, gt=0)
+    init_std: float | None = Field(None, gt=0, description="normal init std; None = 0.8/√width (TransformerLens)")
 
     family: ClassVar[type]
 
@@ -61,6 +62,10 @@ class TransformerSpec(ModelSpec):
         if self.positional == "rotary" and self.head_size % 2:
             raise ValueError("rotary positions need an even head size (d_head)")
         return self
+
+    @property
+    def std(self) -> float:
+        return init_std_for(self.width, self.init_std)
 
     @property
     def head_size(self) -> int:
@@ -102,7 +107,7 @@ class Transformer(RunStacked):
             raise ValueError(f"model.width must exceed the sequence length ({n}) with one-hot positions")
         self.d_tok = d_tok
         self._generators = generators
-        out_std = spec.init_std / math.sqrt(2 * spec.layers)  # GPT-2's scaling of residual projections
+        out_std = spec.std / math.sqrt(2 * spec.layers)  # GPT-2's scaling of residual projections
         self.add("embed.W_E", self._normal([shapes.vocab_size, d_tok]))
         if spec.positional == "learned":
             self.add("pos_embed.W_pos", self._normal([n, d]))
@@ -138,7 +143,7 @@ class Transformer(RunStacked):
         self.register_buffer("causal_mask", torch.ones(n, n).triu(1).bool(), persistent=False)
 
     def _normal(self, shape: list[int], std: float | None = None) -> torch.Tensor:
-        std = self.spec.init_std if std is None else std
+        std = self.spec.std if std is None else std
         return torch.stack([torch.randn(shape, generator=g) * std for g in self._generators])
 
     def _const(self, shape: list[int], value: float) -> torch.Tensor:
