@@ -228,6 +228,44 @@ def _equality(p: dict[str, Any]) -> dict[str, Any]:
                            lambda b: run_equality(b, p["examples"], p["seed"]), started)
 
 
+def _nearest_neighbor(p: dict[str, Any]) -> dict[str, Any]:
+    from .seed003_nn import (
+        certify_nearest_neighbor,
+        nearest_neighbor_model,
+        run_nearest_neighbor,
+        smallest_nearest_neighbor_width,
+    )
+
+    if p["N"] < 2 or p["N"] % 2 or p["d"] < 2 or p["k"] < 0 or not 0 < p["gamma"] < 1:
+        raise UserError(f"N, d, gamma, k: need N even ≥ 2, d ≥ 2, 0 < gamma < 1, k ≥ 0 (got N={p['N']}, "
+                        f"d={p['d']}, gamma={p['gamma']}, k={p['k']})")
+    started = time.perf_counter()
+    try:
+        k = p["k"] or smallest_nearest_neighbor_width(p["N"], p["d"], p["gamma"], p["seed"])["k"]
+        built = nearest_neighbor_model(p["N"], k, p["d"], p["gamma"], p["seed"])
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    cert = certify_nearest_neighbor(built)
+    return _seed003_result("seed003-nearest-neighbor", p, built, cert, cert["exact"],
+                           lambda b: run_nearest_neighbor(b, p["examples"], p["seed"]), started)
+
+
+def _nearest_neighbor_widths(p: dict[str, Any]) -> dict[str, Any]:
+    from .seed003_nn import nearest_neighbor_widths
+
+    if not 4 <= p["N_max"] <= 1024 or not 0 < p["gamma"] < 1:
+        raise UserError(f"N_max, gamma: need 4 ≤ N_max ≤ 1024 and 0 < gamma < 1 (got {p['N_max']}, {p['gamma']})")
+    started = time.perf_counter()
+    ns = [n for n in (4, 8, 16, 32, 64, 128, 256, 512, 1024) if n <= p["N_max"]]
+    try:
+        table = nearest_neighbor_widths(ns, p["d"], p["gamma"], p["seed"])
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    entry = CONSTRUCTIONS["seed003-nearest-neighbor-widths"]
+    return {"construction": entry.name, "theorem": entry.theorem, "source": entry.source, "parameters": p,
+            "constructions": {"nearest_neighbor": table}, "seconds": round(time.perf_counter() - started, 3)}
+
+
 def _widths(p: dict[str, Any]) -> dict[str, Any]:
     from .seed003 import widths_table
 
@@ -270,6 +308,12 @@ CONSTRUCTIONS: dict[str, Construction] = {
         Construction("seed003-equality", "Theorem 6 (seed 003)", "seed 003 §5.1, Appendix F.2",
                      "2 softmax layers with an MLP, width O(log N): equality of the two halves of N bits",
                      {"N": 64, "k": 0, "examples": 64, "seed": 0}, _equality),
+        Construction("seed003-nearest-neighbor", "Theorem 7 (seed 003)", "seed 003 §5.2, Appendix G.2",
+                     "2 softmax layers with a clamp MLP, width O(log N) at a fixed margin γ: nearest neighbour",
+                     {"N": 4, "d": 16, "gamma": 0.5, "k": 0, "examples": 64, "seed": 0}, _nearest_neighbor),
+        Construction("seed003-nearest-neighbor-widths", "Theorem 7 (seed 003)", "seed 003 §5.2, Appendix G.2",
+                     "smallest certified width of the nearest-neighbour construction against N (4 … N_max), fixed γ",
+                     {"N_max": 64, "d": 8, "gamma": 0.9, "seed": 0}, _nearest_neighbor_widths),
         Construction("seed003-widths", "Theorems 1 and 6 (seed 003)", "seed 003 §3, §5.1",
                      "smallest exact width against N (10 … N_max) for each seed 003 construction, with log-fits",
                      {"N_max": 3000, "seed": 0}, _widths),
@@ -295,6 +339,10 @@ def resolve(name: str, overrides: dict[str, Any]) -> dict[str, Any]:
         if isinstance(default, int) and not isinstance(default, bool):
             if not isinstance(value, int) or isinstance(value, bool):
                 raise UserError(f"{key}: must be an integer (got {value!r})")
+        elif isinstance(default, float):
+            if not isinstance(value, int | float) or isinstance(value, bool):
+                raise UserError(f"{key}: must be a number (got {value!r})")
+            value = float(value)
         elif isinstance(default, str) and not isinstance(value, str):
             raise UserError(f"{key}: must be a string (got {value!r})")
         params[key] = value

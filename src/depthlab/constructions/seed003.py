@@ -42,11 +42,11 @@ def sign_matrix(N: int, seed: int = 0, max_k: int = MAX_K) -> np.ndarray:
     return (rng.integers(0, 2, size=(N, max_k), dtype=np.int8) * 2 - 1).astype(np.int8)
 
 
-def nearly_orthogonal(N: int, k: int, seed: int = 0) -> np.ndarray:
-    """Lemma 2: N unit vectors of dimension k with entries ±1/√k (float64, [N, k])."""
-    if not 1 <= k <= MAX_K:
-        raise ValueError(f"k must be between 1 and {MAX_K}, got {k}")
-    return sign_matrix(N, seed)[:, :k].astype(np.float64) / math.sqrt(k)
+def nearly_orthogonal(N: int, k: int, seed: int = 0, max_k: int = MAX_K) -> np.ndarray:
+    """Lemma 2: N unit vectors of dimension k with entries ±1/√k (float64, [N, k]), from the family of ``max_k``."""
+    if not 1 <= k <= max_k:
+        raise ValueError(f"k must be between 1 and {max_k}, got {k}")
+    return sign_matrix(N, seed, max_k)[:, :k].astype(np.float64) / math.sqrt(k)
 
 
 def max_off_diagonal(vectors: np.ndarray, chunk: int = 2048) -> float:
@@ -409,18 +409,17 @@ def run_equality(built: Equality, examples: int = 256, seed: int = 0, batch: int
     return {"examples": len(rows), "accuracy": correct / len(rows)}
 
 
-def smallest_width(N: int, build, certified) -> dict:
+def smallest_width(N: int, build, certified, max_k: int = MAX_K) -> dict:
     """The smallest k (doubling then bisection over the nested vector families) at which ``certified`` holds."""
 
     def ok(k: int) -> bool:
         return certified(build(N, k))
 
-    hi = 1
+    lo, hi = 0, 1  # lo fails (or is 0)
     while not ok(hi):
-        hi *= 2
-        if hi > MAX_K:
-            raise ValueError(f"no k ≤ {MAX_K} makes the construction exact at N={N}")
-    lo = hi // 2
+        if hi >= max_k:
+            raise ValueError(f"no k ≤ {max_k} makes the construction exact at N={N}")
+        lo, hi = hi, min(2 * hi, max_k)
     while hi - lo > 1:
         mid = (lo + hi) // 2
         if ok(mid):
