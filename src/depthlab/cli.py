@@ -29,6 +29,7 @@ from rich.table import Table
 from .analysis.cli import register as _register_analysis
 from .constructions.cli import register as _register_constructions
 from .errors import UserError
+from .induction.cli import register as _register_induction
 from .llm.cli import register as _register_llm
 from .report.cli import register as _register_report
 
@@ -39,6 +40,7 @@ _register_llm(app)
 _register_constructions(app)
 _register_analysis(app)
 _register_report(app)
+_register_induction(app)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON object to stdout and nothing else")]
 StoreOpt = Annotated[Path | None, typer.Option("--store", help="store folder [$DEPTHLAB_STORE, ./depthlab-runs]")]
@@ -47,6 +49,18 @@ ExecutorOpt = Annotated[str, typer.Option("--executor", help="local (in this pro
 AddressOpt = Annotated[str | None, typer.Option(
     "--address", help="with --executor ray: the Ray cluster (auto, HOST:6379, ray://HOST:10001); "
                       "default: start a local Ray instance")]
+PluginOpt = Annotated[list[Path] | None, typer.Option(
+    "--plugin", help="a Python file defining tasks of your own (repeatable; also $DEPTHLAB_PLUGINS, and "
+                     "entry points of the group depthlab.tasks)")]
+GroupSizeOpt = Annotated[int | None, typer.Option("--group-size", min=1, help="runs per batched group")]
+CAPABILITY_RECIPE = "seed001-depth"  # the capability command trains with this preset's model and train settings
+
+
+@app.callback()
+def _load_plugins(plugin: PluginOpt = None) -> None:
+    from .plugins import load_plugins
+
+    load_plugins(plugin)
 
 
 def emit(obj: dict[str, Any]) -> None:
@@ -87,8 +101,10 @@ def _run_sweep(runs, store, group_size: int | None, quiet: bool, description: st
     total = sum(r.train.steps for r in runs)
     with step_progress(total, description, quiet) as advance:
         if executor == "ray":
+            from .plugins import share_with_ray
             from .sweep.ray_executor import run_ray
 
+            share_with_ray()
             return run_ray(runs, store, group_size=group_size, address=address, resources=resources,
                            progress=advance)
         return run_local(runs, store, group_size=group_size, progress=advance)
@@ -248,17 +264,85 @@ def reproduce(name: Annotated[str, typer.Argument(help="preset name, e.g. seed00
     db = open_store(store)
     started = time.perf_counter()
     if not json_out:
-        console.print(f"[bold]{preset.title}[/] ({preset.reproduces}), scale {scale}: {len(preset.runs)} runs, "
+        console.print(f"[bold]{preset.title}[/] ({preset.reproduces}), scale {scale}: {preset.size}, "
                       f"{threads} threads. {preset.note}")
-    _run_sweep(preset.runs, db, group_size, json_out, name)
-    ids = [Store.run_id(r.to_dict()) for r in preset.runs]
-    summary, renderable = preset.summarize(db, ids, (out or db.root / "figures") / f"{name}-{scale}.png")
+    figure = (out or db.root / "figures") / f"{name}-{scale}.png"
+    if preset.studies:
+        summary, renderable = preset.summarize_studies(_climb(preset.studies, db, group_size, json_out, name), figure)
+    else:
+        _run_sweep(preset.runs, db, group_size, json_out, name)
+        summary, renderable = preset.summarize(db, [Store.run_id(r.to_dict()) for r in preset.runs], figure)
     elapsed = time.perf_counter() - started
     if json_out:
         emit({"preset": name, "scale": scale, **summary, "seconds": round(elapsed, 1), "threads": threads})
         return
     Console().print(renderable)
     console.print(f"figure: {summary.get('figure')}\nstore: {db.root}  ({elapsed:.0f} s)")
+
+
+def _climb(studies, db, group_size: int | None, quiet: bool, label: str, executor: str = "local",
+           address: str | None = None) -> list:
+    """Climb each capability study in depth, training one depth's runs at a time (see sweep.capability)."""
+    from .sweep.capability import climb
+
+    def train(configs, depth: int) -> None:
+        _run_sweep(configs, db, group_size, quiet, f"{label}: {depth} layer{'s' if depth > 1 else ''}", executor,
+                   address)
+
+    return [cell for study in studies for cell in climb(study, db, train)]
+
+
+@app.command()
+def capability(
+        task: Annotated[str, typer.Argument(help="task name (see `depthlab tasks`; yours with --plugin)")],
+        set_: SetOpt = None,
+        model: Annotated[str, typer.Option("--model", help="model family: attention_only, transformer, …")]
+        = "attention_only",
+        layers: Annotated[str, typer.Option("--layers", help="depths to climb: 1-6 or 1,2,4")] = "1-6",
+        widths: Annotated[str | None, typer.Option("--widths", help="model.width values, e.g. 32,64 "
+                                                                     "(default: the model's own)")] = None,
+        seeds: Annotated[int, typer.Option("--seeds", min=1, max=1000, help="seeds per depth")] = 3,
+        target: Annotated[float, typer.Option("--target", help="accuracy on held-out data a seed must reach")]
+        = 0.95,
+        vary: Annotated[str | None, typer.Option("--vary", help="one field over values, e.g. task.N=20,50,100: "
+                                                                "a row per value (table and heat map)")] = None,
+        figure: Annotated[Path | None, typer.Option(help="heat map file (.png/.svg/.pdf; default: "
+                                                         "<store>/figures/capability-TASK.png)")] = None,
+        store: StoreOpt = None, group_size: GroupSizeOpt = None, executor: ExecutorOpt = "local",
+        address: AddressOpt = None, json_out: JsonOpt = False) -> None:
+    """The smallest depth at which a strict majority of seeds reach --target on held-out data, per width.
+
+    Climbs one depth at a time (every width, value and seed of a depth trained batched) and stops once every
+    row is settled; runs already in the store are reused. Training: the seed001-depth preset's settings
+    (AdamW, lr 3e-3, 300 warm-up steps, 2000 steps; attention_only with paper init, qk_scale 0.01); every
+    run stops at an accuracy halfway between the target and 1. Change any of it with --set train.steps=500.
+    """
+    from .analysis.min_depth import min_depth_summary
+    from .config import apply_overrides
+    from .sweep import capability as cap
+    from .sweep.presets import recipe
+
+    _check_executor(executor, address)
+    base = apply_overrides(cap.default_base(task, model, recipe(CAPABILITY_RECIPE)), cap.task_overrides(set_))
+    study = cap.Study(base, cap.parse_layers(layers), list(range(seeds)), cap.parse_target(target),
+                      cap.parse_widths(widths), cap.parse_vary(vary))
+    threads = setup_threads()
+    db = open_store(store)
+    started = time.perf_counter()
+    field = study.vary[0] if study.vary else None
+    if not json_out:
+        console.print(f"[bold]capability of {task}[/] ({model}): depths {layers}, {seeds} seeds, target {target:g}, "
+                      f"at most {cap.most_runs(study)} runs, {threads} threads")
+    cells = _climb([study], db, group_size, json_out, task, executor, address)
+    path = figure or db.root / "figures" / f"capability-{task}{'-' + field if field else ''}.png"
+    summary, table = min_depth_summary(cells, path, f"{task} ({model})")
+    elapsed = time.perf_counter() - started
+    if json_out:
+        emit({"task": task, "model": model, "target": study.target, "layers": study.layers, "seeds": study.seeds,
+              "vary": field, **summary, "seconds": round(elapsed, 1), "threads": threads, "store": str(db.root)})
+        return
+    Console().print(table)
+    console.print(f"figure: {summary['figure']}\nstore: {db.root}  ({elapsed:.0f} s)")
 
 
 @app.command()

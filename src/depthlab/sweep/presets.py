@@ -5,18 +5,25 @@ is a list of ``sweeps`` (sweep mappings as in a sweep file) and a ``note`` sayin
 names the function that turns the finished runs into the preset's table and figure, as ``module:function``
 (default: the capability table of ``depthlab.analysis.capability:depth_summary``); it is called as
 ``function(store, run_ids, figure_path, title) -> (json_dict, rich_renderable)``.
+
+A scale may instead hold ``studies``: capability studies (``depthlab.sweep.capability``), each a run mapping
+(``task``, ``model``, ``train``) with ``layers``, ``seeds``, ``target``, ``widths``, ``vary`` and ``expect``
+(the depth the seed claims). Their runs are not known in advance (each study climbs in depth until settled);
+their ``summary`` (default ``depthlab.analysis.min_depth:min_depth_summary``) is called as
+``function(cells, figure_path, title) -> (json_dict, rich_renderable)`` with the cells of every study.
 """
 
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from ..config import RunConfig, apply_overrides, expand_sweep, load_yaml
 from ..errors import UserError
+from .capability import Study, most_runs, study_from_mapping
 
 
 def preset_dir() -> Path:
@@ -36,14 +43,34 @@ class Preset:
     note: str
     sweeps: list[list[RunConfig]]
     raw: dict[str, Any]
+    studies: list[Study] = field(default_factory=list)
 
     @property
     def runs(self) -> list[RunConfig]:
         return [run for sweep in self.sweeps for run in sweep]
 
+    @property
+    def size(self) -> str:
+        """How much work, in words: ``36 runs``, or ``4 capability studies (at most 48 runs)``."""
+        if not self.studies:
+            return f"{len(self.runs)} runs"
+        studies = f"{len(self.studies)} capability stud{'y' if len(self.studies) == 1 else 'ies'}"
+        return f"{studies} (at most {sum(map(most_runs, self.studies))} runs)"
+
     def summarize(self, store: Any, run_ids: list[str], figure: Path) -> tuple[dict[str, Any], Any]:
         module, _, function = self.raw.get("summary", "depthlab.analysis.capability:depth_summary").partition(":")
         return getattr(importlib.import_module(module), function)(store, run_ids, figure, self.title)
+
+    def summarize_studies(self, cells: list[Any], figure: Path) -> tuple[dict[str, Any], Any]:
+        """A capability preset's table and figure from the cells its studies settled."""
+        module, _, function = self.raw.get("summary", "depthlab.analysis.min_depth:min_depth_summary").partition(":")
+        return getattr(importlib.import_module(module), function)(cells, figure, self.title)
+
+
+def recipe(name: str) -> dict[str, Any]:
+    """A preset's shared top-level ``model`` and ``train`` settings (the ones its studies measured to work)."""
+    raw = load_yaml(preset_dir() / f"{name}.yaml")
+    return {"model": raw.get("model") or {}, "train": raw.get("train") or {}}
 
 
 def load_preset(name: str, scale: str, overrides: list[str] | None = None) -> Preset:
@@ -55,5 +82,8 @@ def load_preset(name: str, scale: str, overrides: list[str] | None = None) -> Pr
     if scale not in scales:
         raise UserError(f"--scale: unknown scale {scale!r} for {name}; allowed: {', '.join(scales)}")
     body = scales[scale]
-    sweeps = [expand_sweep(apply_overrides(s, overrides or [])) for s in body["sweeps"]]
-    return Preset(name, raw.get("title", name), raw.get("reproduces", ""), scale, body.get("note", ""), sweeps, raw)
+    sweeps = [expand_sweep(apply_overrides(s, overrides or [])) for s in body.get("sweeps", [])]
+    studies = [study_from_mapping(s, f"{name}.scales.{scale}.studies[{i}]", overrides)
+               for i, s in enumerate(body.get("studies", []))]
+    return Preset(name, raw.get("title", name), raw.get("reproduces", ""), scale, body.get("note", ""), sweeps, raw,
+                  studies)

@@ -7,6 +7,7 @@ from depthlab.tasks import (  # noqa: F401  (registers the tasks)
     icqa,
     ictm,
     index_lookup,
+    induction,
     memorization,
     mqar,
     nearest_neighbor,
