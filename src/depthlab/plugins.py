@@ -1,0 +1,175 @@
+"""Tasks of the user's own: a Python file (``--plugin my_task.py``) or an installed package's entry point.
+
+A plugin defines a ``Task`` subclass exactly as the built-in tasks do and decorates it with ``@register``
+(``depthlab.tasks.base``); from then on its name works everywhere a built-in name does (``sample``, ``train``,
+``sweep``, ``capability``, ``report``, ``reproduce``). A plugin file may also register model families
+(``depthlab.models.base.register``). Installed packages declare their task modules as entry points::
+
+    [project.entry-points."depthlab.tasks"]
+    my_tasks = "my_package.tasks"
+
+Every loaded file's absolute path is added to ``$DEPTHLAB_PLUGINS`` (paths joined by ``os.pathsep``), which
+the CLI reads at start-up, so a ``depthlab`` started by this process (a subprocess, a re-run) loads the same
+plugins. Ray workers unpickle runs: :func:`share_with_ray` makes Ray pickle plugin-file tasks by value (the class
+travels with each run, the file need not exist on the worker); entry-point tasks travel by reference and need
+their package installed on every node, as depthlab itself does.
+
+Every failure is a ``UserError`` of one line naming the plugin and what went wrong.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+from collections.abc import Callable
+from importlib.metadata import entry_points
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from .errors import UserError
+from .models import MODELS
+from .tasks import TASKS, Task
+
+TASK_ATTRIBUTES = ("section", "summary")  # besides name: what `depthlab tasks` and every table show
+TASK_MEMBERS = ("vocab", "labels", "seq_len", "chance", "sample", "dataset_size", "enumerate")
+ENV = "DEPTHLAB_PLUGINS"
+ENTRY_POINT_GROUP = "depthlab.tasks"
+LOADED: dict[Path, ModuleType] = {}  # plugin files loaded in this process, by absolute path
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def _where(error: BaseException, path: Path | None) -> str:
+    """``line N: `` of the innermost frame in the plugin file (or of a syntax error in it), else nothing."""
+    if path is None:
+        return ""
+    if isinstance(error, SyntaxError) and error.lineno and Path(error.filename or "").resolve() == path:
+        return f"line {error.lineno}: "
+    line, tb = None, error.__traceback__
+    while tb is not None:
+        if Path(tb.tb_frame.f_code.co_filename).resolve() == path:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return f"line {line}: " if line else ""
+
+
+def _restore(registry: dict[str, Any], before: dict[str, Any]) -> None:
+    registry.clear()
+    registry.update(before)
+
+
+class _Refused(Exception):
+    """A plugin registered what it may not: a name already taken, or an incomplete task."""
+
+
+def _new_names(before_tasks: dict[str, Any], before_models: dict[str, Any], module: str | None) -> list[str]:
+    """Task and model names registered since ``before_*``; _Refused for a taken name (unless taken by an
+    earlier load of the same ``module``) or a task that lacks part of the interface."""
+    for registry, before, kind in ((TASKS, before_tasks, "task"), (MODELS, before_models, "model")):
+        taken = [n for n in registry if n in before and registry[n] is not before[n]
+                 and before[n].__module__ != module]
+        if taken:
+            raise _Refused(f"{kind} name {taken[0]!r} is already taken by {before[taken[0]].__module__}; "
+                           f"give the class another `name`")
+    new_tasks = [n for n in TASKS if TASKS[n] is not before_tasks.get(n)]
+    for name in new_tasks:
+        problem = _incomplete(TASKS[name])
+        if problem:
+            raise _Refused(f"task {name!r} ({TASKS[name].__name__}) {problem}")
+    return new_tasks + [n for n in MODELS if MODELS[n] is not before_models.get(n)]
+
+
+def _registering(label: str, load: Callable[[], Any], path: Path | None = None, module: str | None = None) -> list[str]:
+    """Run ``load()`` and return the names it registered; on any failure undo its registrations and raise a
+    one-line UserError (with the line of ``path`` where it failed, when there is one)."""
+    before_tasks, before_models = dict(TASKS), dict(MODELS)
+    try:
+        load()
+        return _new_names(before_tasks, before_models, module)
+    except Exception as e:
+        _restore(TASKS, before_tasks)
+        _restore(MODELS, before_models)
+        detail = str(e) if isinstance(e, _Refused) else f"{_where(e, path)}{_one_line(e)}"
+        raise UserError(f"{label}: {detail}") from None
+
+
+def _incomplete(cls: type[Task]) -> str | None:
+    """What a registered task class lacks of the interface (``depthlab.tasks.base``), or None."""
+    for attribute in TASK_ATTRIBUTES:
+        if not isinstance(getattr(cls, attribute, None), str):
+            return f"has no {attribute} (a class attribute: text, e.g. {attribute} = \"…\")"
+    missing = [m for m in TASK_MEMBERS if getattr(cls, m) is getattr(Task, m)]
+    if missing:
+        return f"does not define {', '.join(missing)} (see depthlab.tasks.base)"
+    return None
+
+
+def load_plugin_file(path: str | Path) -> list[str]:
+    """Import the Python file ``path`` (once per process); returns the task (and model) names it registered."""
+    label = f"--plugin {path}"
+    resolved = Path(path).expanduser().resolve()
+    if resolved in LOADED:
+        return []
+    if not resolved.is_file():
+        raise UserError(f"{label}: no such file (give the path of a .py file that defines a task)")
+    if resolved.suffix != ".py":
+        raise UserError(f"{label}: must be a Python file ending in .py")
+    # a stable module name per path: the same file gives the same module name in every process that loads it
+    digest = hashlib.sha256(str(resolved).encode()).hexdigest()[:10]
+    module_name = f"depthlab_plugin_{''.join(c if c.isalnum() else '_' for c in resolved.stem)}_{digest}"
+    spec = importlib.util.spec_from_file_location(module_name, resolved)
+    if spec is None or spec.loader is None:
+        raise UserError(f"{label}: cannot be imported as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        names = _registering(label, lambda: spec.loader.exec_module(module), resolved, module_name)
+        if not names:
+            raise UserError(f"{label}: defines no task; decorate a Task subclass with @register "
+                            f"(from depthlab.tasks.base import Task, register)")
+    except UserError:
+        sys.modules.pop(module_name, None)
+        raise
+    LOADED[resolved] = module
+    recorded = _recorded()
+    if str(resolved) not in recorded:
+        os.environ[ENV] = os.pathsep.join([*recorded, str(resolved)])
+    return names
+
+
+def _recorded() -> list[str]:
+    return [p for p in os.environ.get(ENV, "").split(os.pathsep) if p]
+
+
+def load_entry_points() -> list[str]:
+    """Import every module installed under the ``depthlab.tasks`` entry-point group; the names registered."""
+    names: list[str] = []
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        dist = getattr(point.dist, "name", None)
+        label = f"entry point {point.name} = {point.value}" + (f" (package {dist})" if dist else "")
+        names += _registering(label, point.load)
+    return names
+
+
+def load_plugins(paths: list[str | Path] | None = None) -> list[str]:
+    """Entry points, then the files of ``$DEPTHLAB_PLUGINS``, then ``paths``; the names they registered."""
+    names = load_entry_points()
+    for path in [*_recorded(), *(paths or [])]:
+        names += load_plugin_file(path)
+    return names
+
+
+def share_with_ray() -> None:
+    """Make Ray pickle the plugin files' classes by value, so its workers need not import the files."""
+    if not LOADED:
+        return
+    import ray.cloudpickle  # Ray's own serializer (sends classes to workers; depthlab never unpickles files)
+
+    for module in LOADED.values():
+        ray.cloudpickle.register_pickle_by_value(module)

@@ -1,0 +1,53 @@
+"""The minimum-depth heat map: a row per cell (task, width, varied value), a column per depth.
+
+Each square is the mean final accuracy over seeds (blank where that depth was not trained: the climb had
+settled); the minimum depth is outlined in black, the expected depth (the seed's claim or a bound) marked
+with a red dashed outline.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.patches import Rectangle
+
+from .figures import STYLE, save_figure
+
+
+def min_depth_figure(labels: list[str], means: list[dict[int, float | None]], minimum: list[int | None],
+                     expected: list[int | None], path: Path, title: str = "",
+                     expected_label: str = "expected") -> Path:
+    """Draw and save the heat map (format by the suffix of ``path``)."""
+    depths = sorted({d for m in means for d in m} | {d for d in minimum if d} | {d for d in expected if d} | {1})
+    grid = np.full((len(labels), len(depths)), np.nan)
+    for i, row in enumerate(means):
+        for d, value in row.items():
+            if value is not None:
+                grid[i, depths.index(d)] = value
+    with plt.rc_context(STYLE):
+        fig, ax = plt.subplots(figsize=(1.2 + 0.75 * len(depths) + 0.06 * max(map(len, labels), default=8),
+                                        1.1 + 0.42 * max(len(labels), 1)))
+        image = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+        for i in range(len(labels)):
+            for j in range(len(depths)):
+                if not np.isnan(grid[i, j]):
+                    ax.text(j, i, f"{grid[i, j]:.2f}", ha="center", va="center", fontsize=7,
+                            color="black" if grid[i, j] > 0.6 else "white")
+            if minimum[i] in depths:
+                ax.add_patch(Rectangle((depths.index(minimum[i]) - 0.5, i - 0.5), 1, 1, fill=False, lw=2.2,
+                                       edgecolor="black"))
+            if expected[i] in depths:
+                ax.add_patch(Rectangle((depths.index(expected[i]) - 0.42, i - 0.42), 0.84, 0.84, fill=False,
+                                       lw=1.2, ls="--", edgecolor="tab:red"))
+        ax.set_xticks(range(len(depths)), [str(d) for d in depths])
+        ax.set_yticks(range(len(labels)), labels)
+        ax.set_xlabel("layers")
+        note = "black: minimum depth" + (f"; red dashed: {expected_label}" if any(expected) else "")
+        ax.set_title(f"{title}\n{note}" if title else note, fontsize=8)
+        fig.colorbar(image, ax=ax, label="accuracy (mean over seeds)", shrink=0.8)
+        return save_figure(fig, Path(path))
