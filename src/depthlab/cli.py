@@ -74,9 +74,13 @@ def open_store(path: Path | None):
 
 
 def setup_threads() -> int:
+    """Every core this process may run on, unless ``OMP_NUM_THREADS`` asks for fewer (shared machines)."""
     import torch
 
     threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    asked = os.environ.get("OMP_NUM_THREADS", "")
+    if asked.isdigit() and int(asked) > 0:
+        threads = min(threads, int(asked))
     torch.set_num_threads(threads)
     return threads
 
