@@ -173,5 +173,5 @@ def test_bf16_trains_small_models_through_the_single_thread_products(tmp_path):
     """Tiny products take the one-thread path; under bf16 autocast its backward must mix dtypes correctly."""
     runs = {p: [config(seed=s, precision=p) for s in range(2)] for p in ("fp32", "bf16")}
     finals = {p: list(train_group(c, Store(tmp_path / p)).values()) for p, c in runs.items()}
-    for fp32, bf16 in zip(finals["fp32"], finals["bf16"]):
+    for fp32, bf16 in zip(finals["fp32"], finals["bf16"], strict=True):
         assert np.isfinite(bf16["loss"]) and abs(bf16["loss"] - fp32["loss"]) < 0.05 * fp32["loss"]

@@ -1,0 +1,83 @@
+"""Seed 004's figures: strength histogram, 2-D histograms of log odds, A/B powers, bleeding by neighbour rank."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from depthlab.report.figures import STYLE, save_figure
+
+from .measure import Bleeding, LogOddsPair, Powers
+
+
+def strength_figure(strengths: dict[str, np.ndarray], path: Path) -> Path:
+    """Histogram of induction strengths, one overlaid distribution per model, medians dashed."""
+    with plt.rc_context(STYLE):
+        fig, ax = plt.subplots(figsize=(5.5, 3.4))
+        for name, s in strengths.items():
+            line = ax.hist(s, bins=60, alpha=0.45, label=f"{name} (median {np.median(s):.2f})")[2][0]
+            ax.axvline(np.median(s), color=line.get_facecolor(), ls="--", lw=1)
+        ax.axvline(0, color="grey", lw=0.8)
+        ax.set_xlabel("induction strength: log odds of B, induction − shuffled")
+        ax.set_ylabel("sequences")
+        ax.legend(frameon=False, fontsize=7)
+        return save_figure(fig, path)
+
+
+def log_odds_figure(conditions: dict[str, LogOddsPair], path: Path, title: str = "") -> Path:
+    """Seed 004 Result 1: 2-D histograms of log odds of B after shuffling (x) and before (y), one panel per
+    condition (A and B random, A fixed, B fixed, both fixed); the diagonal is zero strength."""
+    with plt.rc_context(STYLE):
+        fig, axes = plt.subplots(1, len(conditions), figsize=(3.1 * len(conditions), 3.2), squeeze=False)
+        every = np.concatenate([np.concatenate([p.induction, p.shuffled]) for p in conditions.values()])
+        lo, hi = np.percentile(every, [0.5, 99.5])
+        for ax, (name, pair) in zip(axes[0], conditions.items(), strict=True):
+            ax.hist2d(pair.shuffled, pair.induction, bins=50, range=[[lo, hi], [lo, hi]], cmap="viridis", cmin=1)
+            ax.plot([lo, hi], [lo, hi], color="white", lw=0.8, ls="--")
+            ax.set_title(f"{name}\nmedian strength {np.median(pair.strength):.2f}", fontsize=8)
+            ax.set_xlabel("log odds of B, shuffled")
+        axes[0, 0].set_ylabel("log odds of B, induction")
+        if title:
+            fig.suptitle(title, fontsize=9)
+        return save_figure(fig, path)
+
+
+def powers_figure(p: Powers, path: Path, title: str = "") -> Path:
+    """Seed 004 Result 1: histograms of A power and B power over the token range, and B power against A power."""
+    with plt.rc_context(STYLE):
+        fig, (left, right) = plt.subplots(1, 2, figsize=(8, 3.3))
+        bins = np.histogram_bin_edges(np.concatenate([p.a_mean, p.b_mean]), bins=50)
+        for role, values in (("A", p.a_mean), ("B", p.b_mean)):
+            label = f"{role} power (mean {values.mean():.2f}, sd {values.std():.2f})"
+            left.hist(values, bins=bins, alpha=0.5, label=label)
+        left.set_xlabel(f"mean induction strength over {p.per_token} sequences")
+        left.set_ylabel("tokens")
+        left.legend(frameon=False, fontsize=7)
+        r = np.corrcoef(p.a_mean, p.b_mean)[0, 1] if len(p.ids) > 1 else float("nan")
+        right.errorbar(p.a_mean, p.b_mean, xerr=p.a_se, yerr=p.b_se, fmt="o", ms=2, lw=0.4, alpha=0.6)
+        right.set_xlabel("A power")
+        right.set_ylabel("B power")
+        right.set_title(f"{len(p.ids)} tokens, correlation {r:.2f}", fontsize=8)
+        if title:
+            fig.suptitle(title, fontsize=9)
+        return save_figure(fig, path)
+
+
+def bleeding_figure(results: dict[str, Bleeding], path: Path) -> Path:
+    """Seed 004 Result 2: mean strength (± standard error) of B's r-th nearest token against r, with B itself
+    (rank 0) and random tokens (dashed), one line per model."""
+    with plt.rc_context(STYLE):
+        fig, ax = plt.subplots(figsize=(5.5, 3.4))
+        for name, bl in results.items():
+            ranks = np.arange(bl.near.shape[1] + 1)
+            values = np.concatenate([bl.b[:, None], bl.near], axis=1)
+            se = values.std(0, ddof=1) / np.sqrt(len(values))
+            line = ax.errorbar(ranks, values.mean(0), yerr=se, marker="o", ms=3, label=name)[0]
+            ax.axhline(bl.random.mean(), color=line.get_color(), ls="--", lw=1)
+        ax.axhline(0, color="grey", lw=0.8)
+        ax.set_xlabel("neighbour rank of the scored token (0 = B itself); dashed: random tokens")
+        ax.set_ylabel("mean induction strength")
+        ax.legend(frameon=False, fontsize=7)
+        return save_figure(fig, path)

@@ -1,0 +1,220 @@
+"""TransformerLens models for the induction measurements: the adapter, the offline loader, the ReLU hooks.
+
+The only module of depthlab that imports TransformerLens, and only inside functions (``pip install
+'depthlab[tl]'``). It serves both generations:
+- 4.x ``TransformerBridge``: ``boot_native`` models, local folders of a TransformerLens-format state dict
+  (``embed.W_E``, ``blocks.{l}.attn.W_Q`` [heads, d_model, d_head], …, as ``depthlab export`` writes and
+  ``HookedTransformer.state_dict()`` saved) converted with ``convert_tl_checkpoint``, and named models from the
+  local Hugging Face cache (NeelNanda/…, ArthurConmy/…, Baidicoot/… read like ``boot_tl_legacy`` but without its
+  Hub call; ``boot_transformers`` otherwise);
+- 3.x ``HookedTransformer``, where it is still installed: ``HookedTransformer(cfg)`` with the same state dict,
+  ``HookedTransformer.from_pretrained(name)`` for names.
+:class:`TLModel` is duck-typed: anything called as ``model(tokens) -> [batch, pos, d_vocab]`` with ``W_U`` and
+``cfg.n_ctx`` works (a HookedTransformer, a TransformerBridge, or a look-alike).
+
+Seed 001's ReLU attention (``σ(z) = max{0, z}``, no softmax) is not native to TransformerLens: an exported
+attention-only run carries ``"depthlab": {"attention": "relu"}`` in its config and :func:`relu_attention_hooks`
+replaces every ``hook_pattern`` by ReLU of the attention scores recomputed from ``hook_q`` and ``hook_k`` (in 4.x
+``hook_attn_scores`` fires after ``hook_pattern``, so the scores are rebuilt, not read).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import sys
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from depthlab.errors import UserError
+
+INSTALL = "pip install 'depthlab[tl]'"
+LEGACY_PREFIXES = ("NeelNanda/", "ArthurConmy/", "Baidicoot/")
+
+
+class TLModel:
+    """A TransformerLens model (3.x HookedTransformer or 4.x TransformerBridge) as a ``LogitModel``.
+
+    ``fwd_hooks`` ([(hook name, function)]) are attached for every forward pass (e.g. the ReLU attention of an
+    exported seed 001 model).
+    """
+
+    def __init__(self, model: Any, name: str, fwd_hooks: list[tuple[str, Any]] | None = None) -> None:
+        self.model = model.eval() if hasattr(model, "eval") else model
+        self.name = name
+        self.fwd_hooks = fwd_hooks or []
+        self.d_vocab = int(model.W_U.shape[-1])
+        self.n_ctx: int | None = getattr(model.cfg, "n_ctx", None)
+
+    @torch.no_grad()
+    def logits(self, tokens: torch.Tensor) -> torch.Tensor:
+        device = self.unembed().device
+        if self.fwd_hooks:
+            with self.model.hooks(fwd_hooks=self.fwd_hooks):
+                out = self.model(tokens.to(device))
+        else:
+            out = self.model(tokens.to(device))
+        return out[:, -1].float().cpu()
+
+    def unembed(self) -> torch.Tensor:
+        return self.model.W_U.detach()
+
+
+def relu_attention_hooks(n_layers: int) -> list[tuple[str, Any]]:
+    """Hooks that turn softmax attention into seed 001's ReLU attention: pattern = max(0, q·k / scale).
+
+    ``hook_q`` / ``hook_k`` ([batch, pos, head, d_head]) are recorded per layer; ``hook_pattern`` ([batch, head,
+    query, key]) is then replaced by ReLU of the recomputed scores, divided by √d_head as TransformerLens divides
+    its scores (the export scales W_Q by √d_head so that the scores are the unscaled x W_QK xᵀ of seed 001).
+    No mask is applied: seed 001's attention is bidirectional (config ``attention_dir: bidirectional``).
+    """
+    hooks: list[tuple[str, Any]] = []
+    for layer in range(n_layers):
+        seen: dict[str, torch.Tensor] = {}
+        prefix = f"blocks.{layer}.attn"
+        hooks += [(f"{prefix}.hook_q", partial(_keep, seen=seen, role="q")),
+                  (f"{prefix}.hook_k", partial(_keep, seen=seen, role="k")),
+                  (f"{prefix}.hook_pattern", partial(_relu_pattern, seen=seen))]
+    return hooks
+
+
+def _keep(t: torch.Tensor, hook: Any, seen: dict[str, torch.Tensor], role: str) -> torch.Tensor:
+    seen[role] = t
+    return t
+
+
+def _relu_pattern(pattern: torch.Tensor, hook: Any, seen: dict[str, torch.Tensor]) -> torch.Tensor:
+    q, k = seen["q"], seen["k"]
+    scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(q.shape[-1])
+    return torch.relu(scores).to(pattern.dtype)
+
+
+def _tl() -> Any:
+    try:
+        import transformer_lens
+    except ImportError:
+        raise UserError(f"--model: TransformerLens is not installed; {INSTALL}") from None
+    return transformer_lens
+
+
+def _hooked_transformer() -> Any | None:
+    """3.x ``HookedTransformer`` where installed; None under 4.x (where importing it raises)."""
+    try:
+        from transformer_lens import HookedTransformer
+    except ImportError:
+        return None
+    return HookedTransformer
+
+
+def build_from_config(config: dict[str, Any], state: dict[str, torch.Tensor] | None = None) -> Any:
+    """A TransformerLens model from a config dict (TransformerBridgeConfig fields), with a property-format
+    state dict loaded when given: 4.x through ``boot_native`` and ``convert_tl_checkpoint``, 3.x directly."""
+    _tl()
+    hooked = _hooked_transformer()
+    if hooked is not None:
+        from transformer_lens import HookedTransformerConfig
+
+        model = hooked(HookedTransformerConfig(**config))
+        if state is not None:
+            model.load_state_dict(state, strict=False)
+        return model
+    from transformer_lens.config import TransformerBridgeConfig
+
+    return _boot_native(TransformerBridgeConfig.from_dict(config), state)
+
+
+def _boot_native(cfg: Any, state: dict[str, torch.Tensor] | None) -> Any:
+    """``TransformerBridge.boot_native(cfg)`` with a property-format state dict converted and loaded (strict)."""
+    import transformer_lens.model_bridge.sources.native  # noqa: F401  (attaches boot_native)
+    from transformer_lens.model_bridge import TransformerBridge
+    from transformer_lens.utilities.tl_checkpoint_conversion import convert_tl_checkpoint
+
+    bridge = TransformerBridge.boot_native(cfg)
+    if state is not None:
+        bridge.load_state_dict(convert_tl_checkpoint(state, cfg), strict=True)
+    return bridge
+
+
+def _legacy_from_cache(name: str) -> Any:
+    """A NeelNanda/… (ArthurConmy/…, Baidicoot/…) model from the local Hugging Face cache.
+
+    ``boot_tl_legacy`` lists the repository's files on the Hub first, which offline mode refuses; this reads
+    the cached snapshot instead: TransformerLens' own config derivation, the ``*final.pth`` state dict
+    (weights_only=True), a zero unembedding bias where the repository has none (as the legacy loader did).
+    """
+    from huggingface_hub import snapshot_download
+    from transformer_lens.model_bridge.sources.tl_legacy import derive_tl_legacy_config
+
+    folder = Path(snapshot_download(name, local_files_only=True))
+    cfg = derive_tl_legacy_config(name)
+    if getattr(cfg, "original_architecture", "neel") != "neel":
+        raise UserError(f"--model: {name} has an old weight layout; load it once online with "
+                        f"TransformerBridge.boot_tl_legacy and save the bridge's state dict")
+    saved = sorted(folder.glob("*final.pth")) or sorted(folder.glob("*.pth"))
+    if not saved:
+        raise UserError(f"--model: no .pth state dict in the cached snapshot {folder}")
+    state = torch.load(saved[0], map_location="cpu", weights_only=True)
+    state.setdefault("unembed.b_U", torch.zeros(cfg.d_vocab))
+    return _boot_native(cfg, state)
+
+
+def _read_state(folder: Path) -> dict[str, torch.Tensor]:
+    """The folder's weights: ``model.safetensors``, else one ``*.pth`` / ``*.pt`` read with weights_only=True."""
+    from safetensors.torch import load_file
+
+    if (folder / "model.safetensors").exists():
+        return load_file(folder / "model.safetensors")
+    saved = sorted([*folder.glob("*.pth"), *folder.glob("*.pt")])
+    if len(saved) != 1:
+        raise UserError(f"--model: {folder} needs model.safetensors or exactly one .pth/.pt state dict "
+                        f"(found {len(saved)})")
+    return torch.load(saved[0], map_location="cpu", weights_only=True)
+
+
+def load_folder(folder: Path) -> TLModel:
+    """A folder holding ``config.json`` (TransformerLens config fields) and a property-format state dict."""
+    config = json.loads((folder / "config.json").read_text())
+    extra = config.pop("depthlab", {})
+    model = build_from_config(config, _read_state(folder))
+    hooks = relu_attention_hooks(config["n_layers"]) if extra.get("attention") == "relu" else None
+    return TLModel(model, str(folder), hooks)
+
+
+def load_named(name: str) -> TLModel:
+    """A named pretrained model from the local Hugging Face cache (HF_HUB_OFFLINE=1 makes sure nothing is
+    downloaded): legacy TransformerLens repositories through :func:`_legacy_from_cache`, Hugging Face models
+    through ``boot_transformers``; aliases such as ``attn-only-2l`` resolve as TransformerLens resolves them."""
+    _tl()
+    hooked = _hooked_transformer()
+    if hooked is not None:
+        return TLModel(hooked.from_pretrained(name), name)
+    from transformer_lens.model_bridge import TransformerBridge
+    from transformer_lens.tools.model_registry.registry_io import resolve_model_alias
+
+    official = resolve_model_alias(name) or name  # attn-only-2l → NeelNanda/Attn_Only_2L512W_C4_Code
+    if official.startswith(LEGACY_PREFIXES):
+        return TLModel(_legacy_from_cache(official), name)
+    return TLModel(TransformerBridge.boot_transformers(official), name)
+
+
+def load(name_or_path: str, device: str = "cpu") -> TLModel:
+    """``--model``: a local folder (see :func:`load_folder`) or a model name in the local cache."""
+    path = Path(name_or_path).expanduser()
+    looks_like_path = path.is_dir() or name_or_path.startswith(("/", ".", "~"))
+    if looks_like_path and not (path / "config.json").exists():
+        raise UserError(f"--model: {name_or_path} is not a folder with config.json and model.safetensors "
+                        f"(or one .pth state dict); a name is looked up in the local Hugging Face cache")
+    try:  # TransformerLens prints progress ("Moving model to device") to stdout; --json owns stdout
+        with contextlib.redirect_stdout(sys.stderr):
+            model = load_folder(path) if (path / "config.json").exists() else load_named(name_or_path)
+            model.model.to(device)
+    except UserError:
+        raise
+    except Exception as e:  # TransformerLens and the hub raise many types; the user needs one line
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UserError(f"--model: cannot load {name_or_path!r}: {first}") from None
+    return model
