@@ -122,15 +122,6 @@ def test_transformer_shapes_causality_and_run_independence(positional):
     torch.testing.assert_close(same.outputs, out.outputs)
 
 
-def test_single_thread_matmul_gradients_with_broadcasting():
-    from depthlab.models.base import _SingleThreadMatmul
-
-    a = torch.randn(2, 3, 4, 5, 6, dtype=torch.float64, requires_grad=True)
-    b = torch.randn(2, 3, 1, 6, 5, dtype=torch.float64, requires_grad=True)  # broadcast over heads
-    assert torch.autograd.gradcheck(_SingleThreadMatmul.apply, (a, b))
-    torch.testing.assert_close(_SingleThreadMatmul.apply(a, b), a @ b)
-
-
 def test_causal_uniform_override_never_sees_the_future():
     """A causal model's uniform ablation weights only keys 0 … i at query i (seed 002 App. E ablations)."""
     from depthlab.models.base import override_pattern

@@ -36,7 +36,6 @@ from .base import (
     Override,
     RunStacked,
     TaskShapes,
-    batched_matmul,
     override_pattern,
     register,
 )
@@ -150,14 +149,14 @@ class AttentionOnly(RunStacked):
         w_v = self.param(f"blocks.{layer}.attn.W_V")
         queries = h[:, :, -1:] if last_only else h
         keys = h.unsqueeze(2).transpose(-1, -2)  # [R, B, 1, d', n]
-        scores = batched_matmul(torch.einsum("rbqd,rhde->rbhqe", queries, w_qk), keys)
+        scores = torch.einsum("rbqd,rhde->rbhqe", queries, w_qk) @ keys
         pattern = torch.relu(scores) if self.spec.attention == "relu" else scores.softmax(dim=-1)
         if override:
             pattern = pattern.clone()
             for (o_layer, head), kind in override.items():
                 if o_layer == layer:
                     pattern[:, :, head] = override_pattern(kind, pattern[:, :, head])
-        mixed = batched_matmul(pattern, h.unsqueeze(2))  # [R, B, heads, q, d']: Σ_k pattern[q, k] x_k, before W_V
+        mixed = pattern @ h.unsqueeze(2)  # [R, B, heads, q, d']: Σ_k pattern[q, k] x_k, before W_V
         out = torch.einsum("rbhqd,rhde->rbqe", mixed, w_v) / w_v.shape[1]
         return out, pattern
 

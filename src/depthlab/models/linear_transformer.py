@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field, model_validator
 
-from .base import TaskShapes, batched_matmul, register
+from .base import TaskShapes, register
 from .recurrent import RecurrentSpec, SequenceStack
 
 EPS = 1e-6
@@ -92,8 +92,8 @@ class LinearTransformer(SequenceStack):
     def mix(self, layer: int, x: torch.Tensor) -> torch.Tensor:
         q, k, v = self.qkv(layer, x)
         n = x.shape[2]
-        scores = batched_matmul(q, k.transpose(-1, -2)) * self.causal[:n, :n]
-        z = batched_matmul(scores, v) / (scores.sum(-1, keepdim=True) + EPS)
+        scores = (q @ k.transpose(-1, -2)) * self.causal[:n, :n]
+        z = (scores @ v) / (scores.sum(-1, keepdim=True) + EPS)
         return self.out(layer, z)
 
     def recurrent_mix(self, layer: int, x: torch.Tensor) -> torch.Tensor:

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field, model_validator
 
-from .base import TaskShapes, batched_matmul, register
+from .base import TaskShapes, register
 from .recurrent import RecurrentSpec, SequenceStack
 
 
@@ -106,8 +106,8 @@ class RetNet(SequenceStack):
     def mix(self, layer: int, x: torch.Tensor) -> torch.Tensor:
         q, k, v = self.qkv(layer, x)
         n = x.shape[2]
-        scores = batched_matmul(q, k.transpose(-1, -2)) * self.decay(n, q.dtype)
-        return self.out(layer, x, batched_matmul(scores, v))
+        scores = (q @ k.transpose(-1, -2)) * self.decay(n, q.dtype)
+        return self.out(layer, x, scores @ v)
 
     def recurrent_mix(self, layer: int, x: torch.Tensor) -> torch.Tensor:
         """The same layer as the recurrence S_n = γ S_{n-1} + k_nᵀ v_n, o_n = q_n S_n: slow, for tests."""

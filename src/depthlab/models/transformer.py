@@ -31,7 +31,6 @@ from .base import (
     Override,
     RunStacked,
     TaskShapes,
-    batched_matmul,
     init_std_for,
     override_pattern,
     register,
@@ -202,7 +201,7 @@ class Transformer(RunStacked):
         n = x.shape[2]
         if self.spec.positional == "rotary":
             q, k = _rotate(q, self.rot_cos[:n], self.rot_sin[:n]), _rotate(k, self.rot_cos[:n], self.rot_sin[:n])
-        scores = batched_matmul(q, k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+        scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
         if self.spec.causal:
             scores = scores.masked_fill(self.causal_mask[:n, :n], float("-inf"))
         pattern = scores.softmax(dim=-1)
@@ -211,7 +210,7 @@ class Transformer(RunStacked):
             for (o_layer, head), kind in override.items():
                 if o_layer == layer:
                     pattern[:, :, head] = override_pattern(kind, pattern[:, :, head], self.spec.causal)
-        z = batched_matmul(pattern, v)  # [R, B, h, n, d_head]
+        z = pattern @ v  # [R, B, h, n, d_head]
         out = torch.einsum("rbhne,rhed->rbnd", z, self.param(f"{p}.W_O")) + self.param(f"{p}.b_O")[:, None, None]
         return out, pattern
 
