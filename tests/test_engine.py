@@ -175,3 +175,14 @@ def test_bf16_training_follows_fp32(tmp_path):
     finals = {p: list(train_group(c, Store(tmp_path / p)).values()) for p, c in runs.items()}
     for fp32, bf16 in zip(finals["fp32"], finals["bf16"], strict=True):
         assert np.isfinite(bf16["loss"]) and abs(bf16["loss"] - fp32["loss"]) < 0.05 * fp32["loss"]
+
+
+def test_auto_group_size_stacks_small_models_and_leaves_wide_ones_alone():
+    """Group sizes follow the measured rule: tiny models stack (≥ 16 runs), a wide MLP model trains alone."""
+    from depthlab.sweep.local import auto_group_size
+
+    small = config()
+    wide = parse_run({"task": {"name": "icqa", "k": 3, "n_q": 8, "n_a": 8},
+                      "model": {"name": "transformer", "layers": 2, "width": 256, "heads": 4, "mlp": True},
+                      "train": {"optimizer": "adamw", "lr": 1e-3, "steps": 10, "batch_size": 256}})
+    assert auto_group_size(small) >= 16 and auto_group_size(wide) == 1

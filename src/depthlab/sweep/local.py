@@ -12,6 +12,12 @@ from ..train.checkpoint import SIDECAR, WEIGHTS, load_checkpoint
 from ..train.engine import TERMINAL, group_key, train_group
 
 MEMORY_FRACTION = 0.25  # of physical memory, for the activations and state of one group
+# A group's widest per-step activation tensor is kept near this size. Measured with benchmarks/throughput.py on
+# the 2-core CPU (one process, 1/4/16/64 runs per group): IC-QA at d' = 28 (80 KB per run) gained up to 64 runs
+# (3.8x a plain loop), at d' = 212 (600 KB) peaked at 4 runs (73 % of the fp32 peak, 39 % at 64), and the
+# seed 002 transformer with an MLP (7.6 MB) was fastest alone (0.37x at 16 runs): past the caches, stacking
+# more runs only adds memory traffic.
+GROUP_TENSOR_BYTES = 4 << 20
 
 
 def _physical_memory() -> int:
@@ -34,8 +40,20 @@ def run_bytes(config: RunConfig) -> int:
     return activations + weights
 
 
+def widest_tensor_bytes(config: RunConfig) -> int:
+    """Bytes of one run's widest activation in a training step: batch × n × max(width, MLP width) floats."""
+    task, model = config.task, config.model
+    width = getattr(model, "width", None) or len(task.vocab) + task.seq_len
+    if getattr(model, "mlp", False):
+        width = max(width, getattr(model, "d_mlp", None) or 4 * width)
+    return config.train.batch_size * task.seq_len * width * 4
+
+
 def auto_group_size(config: RunConfig) -> int:
-    return max(1, min(64, int(_physical_memory() * MEMORY_FRACTION // max(run_bytes(config), 1))))
+    """Runs per group: as many as fit in memory and keep the group's widest activation near the caches."""
+    by_memory = int(_physical_memory() * MEMORY_FRACTION // max(run_bytes(config), 1))
+    by_cache = GROUP_TENSOR_BYTES // max(widest_tensor_bytes(config), 1)
+    return max(1, min(64, by_memory, by_cache))
 
 
 def plan_groups(configs: list[RunConfig], group_size: int | None = None) -> list[list[RunConfig]]:
