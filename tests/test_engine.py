@@ -186,3 +186,23 @@ def test_auto_group_size_stacks_small_models_and_leaves_wide_ones_alone():
                       "model": {"name": "transformer", "layers": 2, "width": 256, "heads": 4, "mlp": True},
                       "train": {"optimizer": "adamw", "lr": 1e-3, "steps": 10, "batch_size": 256}})
     assert auto_group_size(small) >= 16 and auto_group_size(wide) == 1
+
+
+@pytest.mark.parametrize("family", [
+    {"name": "transformer", "layers": 2, "width": 16, "heads": 2},
+    {"name": "lstm", "layers": 1, "width": 16},
+    {"name": "linear_transformer", "layers": 1, "width": 16, "heads": 2},
+    {"name": "retnet", "layers": 1, "width": 16, "heads": 2},
+    {"name": "dss", "layers": 1, "width": 16},
+    {"name": "mamba", "layers": 1, "width": 16},
+])
+def test_every_family_gives_the_same_run_alone_and_in_a_group(tmp_path, family):
+    """A run's metrics do not depend on the group it trained in, for every model family the engine groups."""
+    configs = [parse_run({"task": {"name": "icqa", "k": 2, "n_q": 4, "n_a": 4}, "model": family,
+                          "train": {"optimizer": "adamw", "lr": 0.01 * (1 + s), "steps": 30, "batch_size": 16,
+                                    "eval_every": 10}, "seed": s}) for s in range(4)]
+    grouped = train_group(configs, Store(tmp_path / "grouped"))
+    run_id = Store.run_id(configs[2].to_dict())
+    alone = train_group([configs[2]], Store(tmp_path / "alone"))[run_id]
+    assert alone["loss"] == pytest.approx(grouped[run_id]["loss"], rel=1e-4, abs=1e-6)
+    assert alone["accuracy"] == pytest.approx(grouped[run_id]["accuracy"], abs=1e-6)
