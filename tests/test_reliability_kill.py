@@ -167,8 +167,11 @@ def test_sigkill_at_random_moments_then_rerun_completes_every_run_exactly_once(s
         if not left or killed_while_running == KILLS:
             break
         proc = start(sweep_file, root)
-        if attempt == 0:  # somewhere in start-up: imports, opening the store, the first steps
-            time.sleep(rng.uniform(0.5, 1.2) * reference["startup"])
+        if attempt == 0:  # somewhere in start-up: imports, opening the store, the first steps (never later:
+            # the reference's start-up may have been slower than this one, so stop waiting at the first checkpoint)
+            deadline = time.time() + rng.uniform(0.5, 1.2) * reference["startup"]
+            while proc.poll() is None and time.time() < deadline and work_left(root) == 1.0:
+                time.sleep(0.02)
             running = kill_when(proc, root, 1.0, 0.0)
         else:  # after a random share of what is left, plus a random moment (inside a step, a checkpoint, …)
             running = kill_when(proc, root, left * rng.uniform(0.1, 0.9), rng.uniform(0.0, 0.15))
