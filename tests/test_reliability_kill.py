@@ -31,11 +31,12 @@ from depthlab.train.checkpoint import load_checkpoint
 SWEEP = {
     "task": {"name": "memorization", "n_words": 6, "length": 3, "n_examples": 24},
     "model": {"name": "attention_only", "layers": 1, "heads": 2, "init": "random"},
-    "train": {"optimizer": "adamw", "lr": 0.02, "steps": 120, "batch_size": 24, "eval_every": 20,
+    # Long enough (about 2 s of training on one core) that a kill can land inside it on a fast machine.
+    "train": {"optimizer": "adamw", "lr": 0.02, "steps": 600, "batch_size": 24, "eval_every": 100,
               "checkpoint_every": 9},
     "sweep": {"model.layers": [1, 2], "seed": [0, 1]},
 }
-LOG_STEPS = list(range(20, 121, 20))
+LOG_STEPS = list(range(100, 601, 100))
 KILLS = 4  # one during start-up, three during training
 
 
