@@ -8,13 +8,7 @@ from depthlab.constructions import seed001
 from depthlab.constructions.registry import evaluate, make_task
 from depthlab.models.attention_only import AttentionOnly
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def check(model, task, examples=3000, expect_exhaustive=True):

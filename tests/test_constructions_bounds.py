@@ -12,12 +12,7 @@ from depthlab.models.attention_only import AttentionOnlySpec
 FLOAT_TOL = 1e-12  # relative deviation; float64 rounding is ~1e-16
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def shapes(task):

@@ -14,12 +14,7 @@ from depthlab.train.engine import evaluate, read_tensor
 N, D, GAMMA = 4, 16, 0.5  # the task samples this margin readily; certified at k = 88
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
