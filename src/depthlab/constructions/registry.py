@@ -180,9 +180,20 @@ def _information_flow(p: dict[str, Any]) -> dict[str, Any]:
 FORWARD_LIMIT = 2000  # above this N the forward pass (all N² attention scores per example) is skipped
 
 
-def _seed003_result(name: str, p: dict[str, Any], built, certificate: dict, exact: bool, forward,
-                    started: float) -> dict:
-    scores = forward(built) if built.N <= FORWARD_LIMIT and p["examples"] > 0 else None
+def _seed003_result(name: str, p: dict[str, Any], build, certify, exact, forward) -> dict:
+    """Build the model for the parameter k (searched with ``smallest_k()`` when it is 0), certify it, run it.
+
+    ``build`` is ``(smallest_k, model_of_k)``; ``exact(certificate)`` says whether the certificate holds.
+    """
+    smallest_k, model_of_k = build
+    started = time.perf_counter()
+    try:
+        built = model_of_k(p["k"] or smallest_k())
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    certificate = certify(built)
+    exact = exact(certificate)
+    scores = forward(built, p["examples"], p["seed"]) if built.N <= FORWARD_LIMIT and p["examples"] > 0 else None
     entry = CONSTRUCTIONS[name]
     return {
         "construction": name, "theorem": entry.theorem, "source": entry.source, "parameters": p,
@@ -201,15 +212,10 @@ def _index_lookup(p: dict[str, Any]) -> dict[str, Any]:
     if p["N"] < 1 or p["n_symbols"] < 2 or p["k"] < 0:
         raise UserError(f"N, n_symbols, k: need N ≥ 1, n_symbols ≥ 2, k ≥ 0 (got {p['N']}, {p['n_symbols']}, {p['k']})")
     eta = p["eta"] or None
-    started = time.perf_counter()
-    try:
-        k = p["k"] or smallest_index_lookup_width(p["N"], p["n_symbols"], eta, p["seed"])["k"]
-        built = index_lookup_model(p["N"], k, p["n_symbols"], eta, p["seed"])
-    except ValueError as e:
-        raise UserError(str(e)) from None
-    cert = certify_index_lookup(built)
-    return _seed003_result("seed003-index-lookup", p, built, cert, cert["min_margin"] > 0,
-                           lambda b: run_index_lookup(b, p["examples"], p["seed"]), started)
+    build = (lambda: smallest_index_lookup_width(p["N"], p["n_symbols"], eta, p["seed"])["k"],
+             lambda k: index_lookup_model(p["N"], k, p["n_symbols"], eta, p["seed"]))
+    return _seed003_result("seed003-index-lookup", p, build, certify_index_lookup,
+                           lambda cert: cert["min_margin"] > 0, run_index_lookup)
 
 
 def _equality(p: dict[str, Any]) -> dict[str, Any]:
@@ -217,15 +223,9 @@ def _equality(p: dict[str, Any]) -> dict[str, Any]:
 
     if p["N"] < 2 or p["N"] % 2 or p["k"] < 0:
         raise UserError(f"N: must be even and at least 2, and k ≥ 0 (got N={p['N']}, k={p['k']})")
-    started = time.perf_counter()
-    try:
-        k = p["k"] or smallest_equality_width(p["N"], p["seed"])["k"]
-        built = equality_model(p["N"], k, seed=p["seed"])
-    except ValueError as e:
-        raise UserError(str(e)) from None
-    cert = certify_equality(built)
-    return _seed003_result("seed003-equality", p, built, cert, cert["exact"],
-                           lambda b: run_equality(b, p["examples"], p["seed"]), started)
+    build = (lambda: smallest_equality_width(p["N"], p["seed"])["k"],
+             lambda k: equality_model(p["N"], k, seed=p["seed"]))
+    return _seed003_result("seed003-equality", p, build, certify_equality, lambda cert: cert["exact"], run_equality)
 
 
 def _nearest_neighbor(p: dict[str, Any]) -> dict[str, Any]:
@@ -239,15 +239,10 @@ def _nearest_neighbor(p: dict[str, Any]) -> dict[str, Any]:
     if p["N"] < 2 or p["N"] % 2 or p["d"] < 2 or p["k"] < 0 or not 0 < p["gamma"] < 1:
         raise UserError(f"N, d, gamma, k: need N even ≥ 2, d ≥ 2, 0 < gamma < 1, k ≥ 0 (got N={p['N']}, "
                         f"d={p['d']}, gamma={p['gamma']}, k={p['k']})")
-    started = time.perf_counter()
-    try:
-        k = p["k"] or smallest_nearest_neighbor_width(p["N"], p["d"], p["gamma"], p["seed"])["k"]
-        built = nearest_neighbor_model(p["N"], k, p["d"], p["gamma"], p["seed"])
-    except ValueError as e:
-        raise UserError(str(e)) from None
-    cert = certify_nearest_neighbor(built)
-    return _seed003_result("seed003-nearest-neighbor", p, built, cert, cert["exact"],
-                           lambda b: run_nearest_neighbor(b, p["examples"], p["seed"]), started)
+    build = (lambda: smallest_nearest_neighbor_width(p["N"], p["d"], p["gamma"], p["seed"])["k"],
+             lambda k: nearest_neighbor_model(p["N"], k, p["d"], p["gamma"], p["seed"]))
+    return _seed003_result("seed003-nearest-neighbor", p, build, certify_nearest_neighbor,
+                           lambda cert: cert["exact"], run_nearest_neighbor)
 
 
 def _nearest_neighbor_widths(p: dict[str, Any]) -> dict[str, Any]:
