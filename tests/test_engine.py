@@ -6,7 +6,7 @@ import pytest
 from depthlab.config import parse_run
 from depthlab.store import Store
 from depthlab.sweep.local import plan_groups, run_local
-from depthlab.train.engine import train_group
+from depthlab.train.engine import DataStream, train_group
 
 
 def config(seed=0, lr=0.05, **train):
@@ -206,3 +206,23 @@ def test_every_family_gives_the_same_run_alone_and_in_a_group(tmp_path, family):
     alone = train_group([configs[2]], Store(tmp_path / "alone"))[run_id]
     assert alone["loss"] == pytest.approx(grouped[run_id]["loss"], rel=1e-4, abs=1e-6)
     assert alone["accuracy"] == pytest.approx(grouped[run_id]["accuracy"], abs=1e-6)
+
+
+def test_data_stream_is_the_same_with_prefetching_and_after_a_restore():
+    """The background sampling changes when chunks are made, never what they hold; a stream restored mid-run
+    continues with exactly the batches the uninterrupted one draws."""
+    task = parse_run({"task": {"name": "icqa", "k": 3, "n_q": 8, "n_a": 8}, "model": {"name": "attention_only"}}).task
+    steps = 3 * DataStream(task, 0, 64).steps_per_chunk + 5
+    reference = np.random.default_rng([4, 0xDA7A])
+    chunks = [task.sample(8192, reference, "train") for _ in range(4)]
+    expected = np.concatenate([c.inputs for c in chunks]).reshape(-1, 64, task.seq_len)[:steps]
+    stream = DataStream(task, 4, 64, batches=steps)
+    drawn = [stream.next().inputs for _ in range(steps)]
+    assert np.array_equal(np.stack(drawn), expected)
+    assert stream.pending is None  # the last chunk was not followed by one nobody needs
+    middle = DataStream(task, 4, 64, batches=steps)
+    for _ in range(150):
+        middle.next()
+    resumed = DataStream(task, 4, 64, batches=steps)
+    resumed.restore(middle.state(), 150)
+    assert np.array_equal(np.stack([resumed.next().inputs for _ in range(steps - 150)]), expected[150:])

@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from depthlab.tasks import TASKS, Batch, Task
-from depthlab.tasks.base import SIGN, all_distinct_tuples
+from depthlab.tasks.base import SIGN, all_distinct_tuples, sample_distinct
 from depthlab.tasks.templates_common import all_templates, canonical_form, count_templates
 
 SMALL = {
@@ -101,6 +101,15 @@ def test_memorization_errors():
 
 
 # --- in-context QA ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("population", "k"), [(8, 3), (8, 8), (64, 10), (100, 3), (100, 4), (100, 10), (1024, 5)])
+def test_sample_distinct_is_the_k_smallest_draws_in_order(population, k):
+    """Every fast path returns what a full argsort of the same draws would, so data streams do not change."""
+    got = sample_distinct(np.random.default_rng(7), 500, population, k)
+    noise = np.random.default_rng(7).random((500, population))
+    assert np.array_equal(got, np.argsort(noise, axis=1)[:, :k])
+    assert all(len(set(row)) == k for row in got.tolist())
 
 
 def test_icqa_invariants():

@@ -18,10 +18,11 @@ def test_flop_count_of_the_attention_only_model():
 
 
 def test_bench_json_shape():
-    result = CliRunner().invoke(app, ["bench", "--runs", "1,2", "--case", "icqa-quick", "--seconds", "0.1", "--json"])
+    args = ["bench", "--runs", "1,2", "--case", "icqa-quick", "--seconds", "0.1", "--rounds", "2", "--json"]
+    result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
-    assert out["peak_gflops"] > 0 and out["peak_gflops_bf16"] > 0 and out["threads"] >= 1
+    assert out["peak_gflops"] > 0 and out["peak_gflops_bf16"] > 0 and out["threads"] >= 1 and out["rounds"] == 2
     assert [(r["name"], r["precision"], r["runs"]) for r in out["cases"]] == [
         ("icqa-quick", "fp32", 1), ("icqa-quick", "fp32", 2)]
     for row in out["cases"]:

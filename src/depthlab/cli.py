@@ -352,7 +352,8 @@ def capability(
 @app.command()
 def bench(runs: Annotated[str, typer.Option(help="group sizes to measure, comma-separated")] = "1,4,16,64",
           case: Annotated[list[str] | None, typer.Option(help="icqa-quick, icqa-paper or retrieval")] = None,
-          seconds: Annotated[float, typer.Option(min=0.1, help="minimum seconds per measurement")] = 2.0,
+          seconds: Annotated[float, typer.Option(min=0.1, help="minimum seconds per measurement")] = 1.0,
+          rounds: Annotated[int, typer.Option(min=1, help="interleaved repetitions; rates are their medians")] = 3,
           json_out: JsonOpt = False) -> None:
     """Measure the batched engine against a plain loop and the machine's peak (see benchmarks/)."""
     from .train.throughput import CASES, run_benchmark
@@ -372,7 +373,7 @@ def bench(runs: Annotated[str, typer.Option(help="group sizes to measure, comma-
         f"{row['name']:<11} {row['precision']} R={row['runs']:<3} plain {row['plain_examples_per_s']:>10,.0f}/s "
         f"engine {row['engine_examples_per_s']:>10,.0f}/s  ×{row['speedup']:<6} "
         f"{row['fraction_of_peak']:.0%} of peak  data {row['data_fraction']:.1%}"))
-    result = run_benchmark(counts, case, seconds, progress=show)
+    result = run_benchmark(counts, case, seconds, progress=show, rounds=rounds)
     if json_out:
         emit(result)
         return

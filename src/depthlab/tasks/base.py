@@ -146,16 +146,25 @@ def falling_factorial(n: int, k: int) -> int:
 def sample_distinct(rng: np.random.Generator, n_rows: int, population: int, k: int) -> np.ndarray:
     """``n_rows`` ordered selections of ``k`` distinct integers from ``range(population)``, vectorised.
 
-    Uses the argsort of uniform noise (a uniformly random permutation per row) truncated to k columns.
+    Row i is the indices of the k smallest of ``population`` uniform draws, in increasing order of the draws
+    (a uniformly random permutation per row, truncated to k columns). Three equal ways to find them, the
+    fastest for the shape (measured on 8,192 rows): a full sort for small populations, k passes of argmin for
+    small k, a partition otherwise; they differ only on tied draws, which float64 noise does not produce.
     """
     if k == 0:
         return np.zeros((n_rows, 0), dtype=np.int64)
     noise = rng.random((n_rows, population))
-    if k < population:
-        part = np.argpartition(noise, k - 1, axis=1)[:, :k]
-        order = np.argsort(np.take_along_axis(noise, part, axis=1), axis=1)
-        return np.take_along_axis(part, order, axis=1).astype(np.int64)
-    return np.argsort(noise, axis=1).astype(np.int64)
+    if population <= 64 or k == population:
+        return np.argsort(noise, axis=1)[:, :k].astype(np.int64)
+    if k <= 4:
+        out, rows = np.empty((n_rows, k), dtype=np.int64), np.arange(n_rows)
+        for i in range(k):
+            out[:, i] = noise.argmin(axis=1)
+            noise[rows, out[:, i]] = 2.0  # above every draw: never the minimum again
+        return out
+    part = np.argpartition(noise, k - 1, axis=1)[:, :k]
+    order = np.argsort(np.take_along_axis(noise, part, axis=1), axis=1)
+    return np.take_along_axis(part, order, axis=1).astype(np.int64)
 
 
 def all_distinct_tuples(population: int, k: int) -> np.ndarray:

@@ -12,10 +12,12 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -55,40 +57,73 @@ def group_key(config: RunConfig) -> str:
     return json.dumps(d, sort_keys=True)
 
 
+_PREFETCH: tuple[int, ThreadPoolExecutor] | None = None
+
+
+def _prefetcher() -> ThreadPoolExecutor:
+    """One background thread per process that samples the next chunk of every stream while the model trains
+    (numpy releases the GIL in its bulk work, and small torch ops leave a core free). Created per process:
+    a thread pool does not survive a fork."""
+    global _PREFETCH
+    if _PREFETCH is None or _PREFETCH[0] != os.getpid():
+        _PREFETCH = (os.getpid(), ThreadPoolExecutor(1, thread_name_prefix="depthlab-data"))
+    return _PREFETCH[1]
+
+
 class DataStream:
     """One run's training data: its own seeded generator, sampled a chunk of steps at a time.
 
-    Its state (generator state at the start of the current chunk, and the position in it) goes into
-    checkpoints, so a resumed run sees exactly the batches it would have seen.
+    The next chunk is sampled in the background while the current one is used (only if the run's
+    ``batches`` need it); chunks come in the same order from the same generator, so the batches do not depend
+    on the prefetching. The state (generator state at the start of the current chunk, and the position in it)
+    goes into checkpoints, so a resumed run sees exactly the batches it would have seen.
     """
 
-    def __init__(self, task: Task, seed: int, batch_size: int) -> None:
-        self.task, self.batch_size = task, batch_size
+    def __init__(self, task: Task, seed: int, batch_size: int, batches: int | None = None) -> None:
+        self.task, self.batch_size, self.batches = task, batch_size, batches
         self.steps_per_chunk = max(1, CHUNK_EXAMPLES // batch_size)
         self.rng = np.random.default_rng([seed, 0xDA7A])
         self.chunk_state: dict[str, Any] = self.rng.bit_generator.state
         self.buffer: Batch | None = None
         self.pos = self.steps_per_chunk
+        self.drawn = 0
+        self.pending: Future | None = None
+
+    def _sample_chunk(self) -> tuple[dict[str, Any], Batch]:
+        state = self.rng.bit_generator.state
+        return state, self.task.sample(self.batch_size * self.steps_per_chunk, self.rng, "train")
 
     def _refill(self) -> None:
-        self.chunk_state = self.rng.bit_generator.state
-        self.buffer = self.task.sample(self.batch_size * self.steps_per_chunk, self.rng, "train")
+        chunk = self.pending.result() if self.pending is not None else self._sample_chunk()
+        self.chunk_state, self.buffer = chunk
         self.pos = 0
+        needed = self.batches is None or self.batches - self.drawn > self.steps_per_chunk
+        self.pending = _prefetcher().submit(self._sample_chunk) if needed else None
 
     def next(self) -> Batch:
         if self.pos >= self.steps_per_chunk:
             self._refill()
         start = self.pos * self.batch_size
         self.pos += 1
+        self.drawn += 1
         return self.buffer.take(slice(start, start + self.batch_size))
 
     def state(self) -> dict[str, Any]:
         return {"rng": self.chunk_state, "pos": self.pos}
 
-    def restore(self, state: dict[str, Any]) -> None:
+    def restore(self, state: dict[str, Any], drawn: int) -> None:
+        """Continue from a checkpoint's ``state()``, taken after ``drawn`` batches."""
+        self.close()
         self.rng.bit_generator.state = state["rng"]
+        self.drawn = drawn - state["pos"]
         self._refill()
-        self.pos = state["pos"]
+        self.pos, self.drawn = state["pos"], drawn
+
+    def close(self) -> None:
+        """Wait for (or cancel) the chunk being sampled: the generator is the background thread's until then."""
+        if self.pending is not None and not self.pending.cancel():
+            self.pending.result()
+        self.pending = None
 
 
 def eval_set(task: Task) -> tuple[Batch, bool]:
@@ -142,7 +177,7 @@ class _Run:
 
     def __init__(self, config: RunConfig, run_id: str, folder: Path) -> None:
         self.config, self.id, self.folder = config, run_id, folder
-        self.stream = DataStream(config.task, config.seed, config.train.batch_size)
+        self.stream = DataStream(config.task, config.seed, config.train.batch_size, config.train.steps)
         self.step = 0
         self.loss_sum = 0.0
         self.correct = 0.0
@@ -189,13 +224,16 @@ class Group:
         self.probe = self.evaluation.take(order[: t.eval_examples])
         self.autocast = torch.autocast("cpu", dtype=torch.bfloat16) if t.precision == "bf16" else nullcontext()
         self.started = time.perf_counter()
+        self.data_seconds = 0.0  # time the steps waited for their batches (the benchmark's data share)
         self.results: dict[str, dict[str, Any]] = {}
 
     # --- one step for every run ---------------------------------------------------------------------
     def step(self) -> None:
+        start = time.perf_counter()
         batches = [run.stream.next() for run in self.runs]
         x = torch.from_numpy(np.stack([b.inputs for b in batches]))
         y = torch.from_numpy(np.stack([b.targets for b in batches]))
+        self.data_seconds += time.perf_counter() - start
         with self.autocast:
             outputs = self.model(x, read=self.read).outputs
         losses = per_run_loss(outputs, y, self.task.loss)
@@ -273,6 +311,8 @@ class Group:
         if not indices:
             return
         keep = [r for r in range(len(self.runs)) if r not in indices]
+        for r in indices:
+            self.runs[r].stream.close()
         index = torch.tensor(keep, dtype=torch.long)
         self.model.select_runs(index)
         self.opt.select_runs(index, list(self.model.parameters()))
@@ -319,7 +359,7 @@ class Group:
             # load_run_state_dict checks every weight's name and shape before it writes anything
             self.model.load_run_state_dict(r, {k: v for k, v in tensors.items() if not k.startswith("optimizer.")})
             self.opt.load_run_state_dict(r, self.names, tensors)
-            run.stream.restore(stream)
+            run.stream.restore(stream, step)
             if sums is not None:  # format 2: the train metrics accumulated since the last log point
                 run.loss_sum, run.correct = float.fromhex(sums["loss"]), float.fromhex(sums["correct"])
                 run.seen = int(sums["seen"])

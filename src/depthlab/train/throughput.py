@@ -19,7 +19,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 
 from ..config import RunConfig, parse_run
@@ -90,8 +89,9 @@ def _configs(case: Case, runs: int, precision: str) -> list[RunConfig]:
                                              "eval_every": 10**6}, "seed": s}) for s in range(runs)]
 
 
-def _time(fn, min_seconds: float) -> tuple[int, float]:
-    fn()  # warm-up
+def _time(fn, min_seconds: float, warm_up: bool = True) -> tuple[int, float]:
+    if warm_up:
+        fn()
     steps, start = 0, time.perf_counter()
     while time.perf_counter() - start < min_seconds:
         fn()
@@ -127,22 +127,22 @@ def plain_loop(config: RunConfig, min_seconds: float) -> float:
 
 
 def engine(configs: list[RunConfig], min_seconds: float) -> tuple[float, float]:
-    """Examples per second of the engine training ``configs`` as one group, and the data-generation share."""
+    """Examples per second of the engine training ``configs`` as one group, and the share of the step time
+    spent waiting for data (measured inside the steps, so it includes what sampling does to the caches)."""
     with tempfile.TemporaryDirectory() as folder:
         group = Group([(c, Store.run_id(c.to_dict())) for c in configs], Store(folder), len(configs))
-        steps, seconds = _time(group.step, min_seconds)
-        data_seconds = 0.0
-        for _ in range(max(steps, 1)):
-            start = time.perf_counter()
-            batches = [run.stream.next() for run in group.runs]
-            torch.from_numpy(np.stack([b.inputs for b in batches]))
-            data_seconds += time.perf_counter() - start
+        group.step()  # warm-up
+        group.data_seconds = 0.0
+        steps, seconds = _time(group.step, min_seconds, warm_up=False)
     examples = steps * len(configs) * configs[0].train.batch_size
-    return examples / seconds, data_seconds / seconds
+    return examples / seconds, group.data_seconds / seconds
 
 
-def run_benchmark(run_counts: list[int], cases: list[str] | None = None, min_seconds: float = 2.0,
-                  progress=None) -> dict[str, Any]:
+def run_benchmark(run_counts: list[int], cases: list[str] | None = None, min_seconds: float = 1.0,
+                  progress=None, rounds: int = 3) -> dict[str, Any]:
+    """Every case at every group size, ``rounds`` times interleaved (plain loop, then each group size), each
+    rate the median of its rounds: this machine's speed drifts by ±15 % over minutes, and interleaving
+    puts the drift into every measurement alike instead of into the ratios."""
     peak = peak_gflops(torch.float32)
     peak_bf16 = peak_gflops(torch.bfloat16)
     rows = []
@@ -150,10 +150,17 @@ def run_benchmark(run_counts: list[int], cases: list[str] | None = None, min_sec
     plan = [(c, p) for c in chosen for p in (["fp32", "bf16"] if c.name == "icqa-paper" else ["fp32"])]
     for case, precision in plan:
         base = _configs(case, 1, precision)[0]
-        plain = plain_loop(base, min_seconds)
         flops = 3 * forward_flops(base)
+        plain_rates: list[float] = []
+        measured: dict[int, list[tuple[float, float]]] = {runs: [] for runs in run_counts}
+        for _ in range(rounds):
+            plain_rates.append(plain_loop(base, min_seconds))
+            for runs in run_counts:
+                measured[runs].append(engine(_configs(case, runs, precision), min_seconds))
+        plain = statistics.median(plain_rates)
         for runs in run_counts:
-            rate, data_share = engine(_configs(case, runs, precision), min_seconds)
+            rate = statistics.median(r for r, _ in measured[runs])
+            data_share = statistics.median(d for _, d in measured[runs])
             rows.append({
                 "name": case.name, "precision": precision, "runs": runs,
                 "plain_examples_per_s": round(plain, 1), "engine_examples_per_s": round(rate, 1),
@@ -163,5 +170,5 @@ def run_benchmark(run_counts: list[int], cases: list[str] | None = None, min_sec
             if progress:
                 progress(rows[-1])
     return {"peak_gflops": round(peak, 1), "peak_gflops_bf16": round(peak_bf16, 1),
-            "threads": torch.get_num_threads(), "cases": rows,
+            "threads": torch.get_num_threads(), "rounds": rounds, "cases": rows,
             "notes": {c.name: c.note for c in chosen}}
