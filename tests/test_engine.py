@@ -226,3 +226,11 @@ def test_data_stream_is_the_same_with_prefetching_and_after_a_restore():
     resumed = DataStream(task, 4, 64, batches=steps)
     resumed.restore(middle.state(), 150)
     assert np.array_equal(np.stack([resumed.next().inputs for _ in range(steps - 150)]), expected[150:])
+
+
+def test_big_chunks_are_not_sampled_ahead():
+    """Eq-ncp's targets make a chunk about 144 MB at N = 16: prefetching would hold two per run."""
+    task = parse_run({"task": {"name": "eq_ncp", "N": 16}, "model": {"name": "lstm"}}).task
+    stream = DataStream(task, 0, 64)
+    stream.next()
+    assert stream.buffer.targets.nbytes > 64 * 2**20 and stream.pending is None

@@ -39,6 +39,8 @@ EXHAUSTIVE_EVAL_LIMIT = 400_000  # evaluate on the whole dataset when it has at 
 SAMPLED_EVAL_EXAMPLES = 20_000  # otherwise on this many held-out examples, the same for every run
 EVAL_SEED = 20240229  # the fixed evaluation sample does not depend on any run's seed
 CHUNK_EXAMPLES = 8192  # examples generated per call to task.sample (one call covers many steps)
+PREFETCH_BYTES = 64 * 2**20  # sample the next chunk ahead only when a chunk is at most this big: prefetching
+# holds two chunks per run, and Eq-ncp's multi-label targets make a chunk hundreds of MB
 EVAL_CHUNK = 8192  # at most this many examples per evaluation forward pass …
 EVAL_ELEMENTS = 2**27  # … and about this many activations (runs × examples × n × max(n, 64)): long sequences
 # with many runs would otherwise ask for tens of GB at once (attention scores grow with n²)
@@ -98,7 +100,8 @@ class DataStream:
         self.chunk_state, self.buffer = chunk
         self.pos = 0
         needed = self.batches is None or self.batches - self.drawn > self.steps_per_chunk
-        self.pending = _prefetcher().submit(self._sample_chunk) if needed else None
+        small = self.buffer.inputs.nbytes + self.buffer.targets.nbytes <= PREFETCH_BYTES
+        self.pending = _prefetcher().submit(self._sample_chunk) if needed and small else None
 
     def next(self) -> Batch:
         if self.pos >= self.steps_per_chunk:
