@@ -175,6 +175,18 @@ def test_plugin_tasks_reach_ray_workers(plugin_file, tmp_path):
     assert [r["status"] for r in out["runs"]] == ["done", "done"]
 
 
+def test_a_capability_climb_on_ray_starts_ray_once(plugin_file, tmp_path, monkeypatch):
+    """Every depth is a sweep of its own; they share one local Ray instance, shut down at the end."""
+    ray = pytest.importorskip("ray")
+    assert not ray.is_initialized()
+    starts, real_init = [], ray.init
+    monkeypatch.setattr(ray, "init", lambda *args, **kwargs: starts.append(1) or real_init(*args, **kwargs))
+    out = invoke("--plugin", str(plugin_file), "capability", "noise_bits", *FAST, "--layers", "1,2", "--seeds", "1",
+                 "--executor", "ray", "--store", str(tmp_path / "s"), "--json")
+    assert out["rows"][0]["min_layers"] is None and sorted(out["rows"][0]["accuracies"]) == ["1", "2"]
+    assert starts == [1] and not ray.is_initialized()
+
+
 def test_readme_example_plugin(monkeypatch, tmp_path):
     monkeypatch.setenv(plugins.ENV, "")
     before = dict(TASKS)

@@ -9,7 +9,7 @@ import json
 import os
 import sys
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -293,7 +293,13 @@ def _climb(studies, db, group_size: int | None, quiet: bool, label: str, executo
         _run_sweep(configs, db, group_size, quiet, f"{label}: {depth} layer{'s' if depth > 1 else ''}", executor,
                    address)
 
-    return [cell for study in studies for cell in climb(study, db, train)]
+    session = nullcontext()
+    if executor == "ray":
+        from .sweep.ray_executor import ray_session
+
+        session = ray_session(address)
+    with session:
+        return [cell for study in studies for cell in climb(study, db, train)]
 
 
 @app.command()

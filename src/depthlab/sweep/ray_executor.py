@@ -41,7 +41,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +128,18 @@ def connect(address: str | None = None, local_cpus: int | None = None) -> bool:
     else:
         ray.init(num_cpus=local_cpus or _available_cpus(), include_dashboard=False, **options)
     return True
+
+
+@contextlib.contextmanager
+def ray_session(address: str | None = None) -> Iterator[None]:
+    """One Ray connection for several sweeps (a capability climb trains one depth at a time): each
+    ``run_ray`` inside finds Ray initialised and reuses it, instead of starting a local instance per depth."""
+    started = connect(address or os.environ.get("RAY_ADDRESS") or None)
+    try:
+        yield
+    finally:
+        if started:
+            _ray().shutdown()
 
 
 def _check_fits(ray: Any, resources: ResourceSpec) -> None:
