@@ -130,11 +130,16 @@ def connect(address: str | None = None, local_cpus: int | None = None) -> bool:
     return True
 
 
+def _address(address: str | None) -> str | None:
+    """The cluster to join: ``address``, else ``$RAY_ADDRESS`` (as ray.init itself would), else None (local)."""
+    return address or os.environ.get("RAY_ADDRESS") or None
+
+
 @contextlib.contextmanager
 def ray_session(address: str | None = None) -> Iterator[None]:
     """One Ray connection for several sweeps (a capability climb trains one depth at a time): each
     ``run_ray`` inside finds Ray initialised and reuses it, instead of starting a local instance per depth."""
-    started = connect(address or os.environ.get("RAY_ADDRESS") or None)
+    started = connect(_address(address))
     try:
         yield
     finally:
@@ -202,7 +207,7 @@ def run_ray(configs: list[RunConfig], store: Store, group_size: int | None = Non
     picklable by value.
     """
     _require_ray()
-    address = address or os.environ.get("RAY_ADDRESS") or None  # as ray.init itself would
+    address = _address(address)
     resources = resources or ResourceSpec()
     check_checkpoints(configs, store)
     groups = plan_groups(configs, group_size)
