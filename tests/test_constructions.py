@@ -133,7 +133,7 @@ def test_ictm_layer1_template_rows():
     d, n = len(task.vocab), task.seq_len
     with torch.no_grad():
         h = model.embed(torch.as_tensor(batch.inputs)[None])
-        out, _ = model.attend(0, h, False, None)
+        out, _ = model.attend(0, h, None)
     free = (h + out)[0, :, :, d + n : d + n + task.l]  # [B, n, l]
     for b in range(len(batch)):
         for block in range(task.k + 1):

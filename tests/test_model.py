@@ -51,6 +51,22 @@ def test_forward_equals_equation_2(attention, init):
             torch.testing.assert_close(out.outputs[r, b], expected, rtol=1e-9, atol=1e-9)
 
 
+@pytest.mark.parametrize("attention", ["relu", "softmax"])
+def test_hand_written_last_layer_gives_the_generic_values_and_gradients(attention):
+    """The last layer for its one query (``LastQueryAttention``, hand-written backward) against the same layer
+    computed for every query by autograd's generic code (``read`` asks for the last position as a read-out)."""
+    model = make(runs=3, layers=2, heads=[2, 3], attention=attention, init="random")
+    tokens = torch.randint(0, SHAPES.vocab_size, (3, 4, SHAPES.seq_len), generator=torch.Generator().manual_seed(2))
+    results = []
+    for read in (None, torch.tensor([SHAPES.seq_len - 1])):
+        model.zero_grad()
+        out = model(tokens, read=read).outputs.reshape(3, 4, -1)
+        (out * torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view(out.shape)).sum().backward()
+        results.append([out.detach()] + [p.grad.clone() for p in model.parameters()])
+    for fused, generic in zip(*results, strict=True):
+        torch.testing.assert_close(fused, generic, rtol=1e-12, atol=1e-12)
+
+
 def test_capture_shapes_and_same_outputs():
     model = make(layers=2, heads=[2, 3])
     tokens = torch.randint(0, SHAPES.vocab_size, (3, 6, SHAPES.seq_len))

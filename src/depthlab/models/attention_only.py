@@ -30,6 +30,7 @@ from typing import ClassVar, Literal
 import torch
 from pydantic import Field, field_validator, model_validator
 
+from .attention_kernels import LastQueryAttention
 from .base import (
     ModelOutput,
     ModelSpec,
@@ -134,10 +135,13 @@ class AttentionOnly(RunStacked):
             # The classifier reads only the last position, so the last layer computes only that query (not when
             # patterns are overridden: those are written for every query).
             last_only = layer == self.layers - 1 and not capture and read is None and not override
-            out, pattern = self.attend(layer, h, last_only, override)
+            if last_only:  # the classifier's column only, with a hand-written backward (``attention_kernels``)
+                h = self.last_query(layer, h).unsqueeze(2)
+                continue
+            out, pattern = self.attend(layer, h, override)
             if capture:
                 patterns.append(pattern)
-            h = h[:, :, -1:] + out if last_only else h + out
+            h = h + out
         if read is None:
             return ModelOutput(h[:, :, -1] @ self.param("unembed.W_U"), patterns)
         chosen = h[:, :, read]
@@ -145,17 +149,18 @@ class AttentionOnly(RunStacked):
             *chosen.shape[:-1], -1)
         return ModelOutput(logits, patterns)
 
-    def attend(self, layer: int, h: torch.Tensor, last_only: bool, override: Override | None):
-        """One layer's (1/m) Σ_i σ(scores_i) (H W_V,i) for every query (or the last), and the pattern."""
-        w_qk = self.param(f"blocks.{layer}.attn.W_QK")
+    def weights(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """W_QK and W_V of one layer, the 1/m head average on W_V (the small tensor, not the activations)."""
         w_v = self.param(f"blocks.{layer}.attn.W_V")
-        w_v = w_v / w_v.shape[1]  # the 1/m on the small weight, not on the activations
-        if last_only:  # one query: products with a unit dimension are slow as batched matmuls, fast elementwise
-            queries = torch.einsum("rbd,rhde->rbhe", h[:, :, -1], w_qk)
-            scores = (queries.unsqueeze(-2) * h.unsqueeze(2)).sum(-1)  # [R, B, heads, n]
-            pattern = torch.relu(scores) if self.spec.attention == "relu" else scores.softmax(dim=-1)
-            mixed = (pattern.unsqueeze(-1) * h.unsqueeze(2)).sum(-2)  # [R, B, heads, d']
-            return torch.einsum("rbhd,rhde->rbe", mixed, w_v).unsqueeze(2), pattern.unsqueeze(-2)
+        return self.param(f"blocks.{layer}.attn.W_QK"), w_v / w_v.shape[1]
+
+    def last_query(self, layer: int, h: torch.Tensor) -> torch.Tensor:
+        """The layer's output at the last position only: [R, B, d']."""
+        return LastQueryAttention.apply(h, *self.weights(layer), self.spec.attention == "softmax")
+
+    def attend(self, layer: int, h: torch.Tensor, override: Override | None):
+        """One layer's (1/m) Σ_i σ(scores_i) (H W_V,i) for every query, and the pattern."""
+        w_qk, w_v = self.weights(layer)
         keys = h.unsqueeze(2).transpose(-1, -2)  # [R, B, 1, d', n]
         scores = torch.einsum("rbqd,rhde->rbhqe", h, w_qk) @ keys
         pattern = torch.relu(scores) if self.spec.attention == "relu" else scores.softmax(dim=-1)
