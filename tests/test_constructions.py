@@ -133,8 +133,8 @@ def test_ictm_layer1_template_rows():
     d, n = len(task.vocab), task.seq_len
     with torch.no_grad():
         h = model.embed(torch.as_tensor(batch.inputs)[None])
-        out, _ = model.attend(0, h, None)
-    free = (h + out)[0, :, :, d + n : d + n + task.l]  # [B, n, l]
+        after, _ = model.attend(0, h, None)
+    free = after[0, :, :, d + n : d + n + task.l]  # [B, n, l]
     for b in range(len(batch)):
         for block in range(task.k + 1):
             x = batch.inputs[b, block * (task.l + 2) : block * (task.l + 2) + task.l]

@@ -51,6 +51,18 @@ def test_forward_equals_equation_2(attention, init):
             torch.testing.assert_close(out.outputs[r, b], expected, rtol=1e-9, atol=1e-9)
 
 
+def test_h0_from_the_table_of_token_positions_equals_eq_3():
+    """H^(0) looked up in the (token, position) table, and built as one-hot token + one-hot position (the way
+    taken when the table would be too big), are the same matrix."""
+    model = make(runs=2, layers=1)
+    tokens = torch.randint(0, SHAPES.vocab_size, (2, 6, SHAPES.seq_len))
+    looked_up = model.embed(tokens)
+    model.token_positions = None
+    built = model.embed(tokens)
+    assert torch.equal(looked_up, built)
+    assert torch.equal(built[..., : SHAPES.vocab_size].argmax(-1), tokens)
+
+
 @pytest.mark.parametrize("attention", ["relu", "softmax"])
 def test_hand_written_last_layer_gives_the_generic_values_and_gradients(attention):
     """The last layer for its one query (``LastQueryAttention``, hand-written backward) against the same layer
