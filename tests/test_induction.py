@@ -72,7 +72,9 @@ def test_log_odds_are_stable_near_zero_and_one() -> None:
     assert not torch.allclose(naive, expected, rtol=1e-9)  # the unstable form is off; ours is not
     assert math.isfinite(log_odds(torch.tensor([0.0])).item()) and log_odds(torch.tensor([0.0])).item() > 700
     assert log_odds(torch.tensor([-math.log(2)], dtype=torch.float64)).abs().item() < 1e-15  # p = 1/2
-    logits = torch.randn(64, 40, dtype=torch.float64) * 20
+    # seeded: an unseeded draw now and then puts a row's class 3 more than ~37 above the rest, where
+    # log_softmax itself rounds log p to 0 and no log-odds formula can recover 1 − p
+    logits = torch.randn(64, 40, dtype=torch.float64, generator=torch.Generator().manual_seed(0)) * 20
     exact = logits[:, 3] - torch.logsumexp(torch.cat([logits[:, :3], logits[:, 4:]], 1), 1)
     assert torch.allclose(log_odds(torch.log_softmax(logits, -1)[:, 3]), exact, atol=1e-9)
 
