@@ -63,6 +63,15 @@ def test_h0_from_the_table_of_token_positions_equals_eq_3():
     assert torch.equal(built[..., : SHAPES.vocab_size].argmax(-1), tokens)
 
 
+def test_bf16_keeps_the_residual_stream_in_fp32():
+    """Under autocast the products run in bf16, but H^(l+1) = H^(l) + … is summed and kept in fp32."""
+    model = make(runs=2, layers=2, heads=2, init="random").float()
+    tokens = torch.randint(0, SHAPES.vocab_size, (2, 3, SHAPES.seq_len))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        after, pattern = model.attend(0, model.embed(tokens), None)
+    assert after.dtype == torch.float32 and pattern.dtype == torch.bfloat16
+
+
 @pytest.mark.parametrize("attention", ["relu", "softmax"])
 def test_hand_written_last_layer_gives_the_generic_values_and_gradients(attention):
     """The last layer for its one query (``LastQueryAttention``, hand-written backward) against the same layer

@@ -175,10 +175,11 @@ class AttentionOnly(RunStacked):
                     pattern[:, :, head] = override_pattern(kind, pattern[:, :, head])
         mixed = pattern @ h.unsqueeze(2)  # [R, B, heads, q, d']: Σ_k pattern[q, k] x_k, before W_V
         runs, batch, heads, n, width = mixed.shape
-        # H + Σ_i mixed_i W_V,i as one product over (head, coordinate) added to H: one pass over memory
-        out = torch.baddbmm(h.reshape(runs, batch * n, width), mixed.transpose(2, 3).reshape(runs, batch * n, -1),
-                            w_v.reshape(runs, heads * width, width))
-        return out.view(h.shape), pattern
+        # Σ_i mixed_i W_V,i as one product over (head, coordinate), added to H in the same pass over memory …
+        mixed, w_v = mixed.transpose(2, 3).reshape(runs, batch * n, -1), w_v.reshape(runs, heads * width, width)
+        if torch.is_autocast_enabled("cpu"):  # … except in bf16, where the residual stream stays in fp32
+            return h + (mixed @ w_v).view(h.shape), pattern
+        return torch.baddbmm(h.reshape(runs, batch * n, width), mixed, w_v).view(h.shape), pattern
 
 
 AttentionOnlySpec.family = AttentionOnly
