@@ -1,7 +1,8 @@
 """A hand-written forward and backward pass for the hot spot of the attention-only model (``attention_only``).
 
 At the sizes of quick studies (d' ≈ 28, n ≈ 11, 16 runs × 64 examples) a training step moves about 80 MB
-through memory for a few GFLOP, so it runs at the speed of memory, not of arithmetic, and autograd's generic
+through memory for 0.16 GFLOP of matrix products, so it runs at the speed of memory, not of arithmetic, and
+autograd's generic
 backward passes add whole activation-sized tensors: a zero-filled gradient for every slice of H and a sum for
 every use of it. The last layer, which reads one query, is written here with fewer passes over memory; a test
 checks it against the generic code (``tests/test_model.py``: values and gradients, in float64).
@@ -19,8 +20,8 @@ class LastQueryAttention(torch.autograd.Function):
     ``h`` [R, B, n, d'], ``w_qk`` and ``w_v`` [R, heads, d', d'] (``w_v`` with the 1/m already in it),
     ``softmax``: σ is the softmax over keys instead of the ReLU -> [R, B, d'].
 
-    The backward writes H's gradient once (the slices of the last position are added into it in place),
-    and computes the per-example products with one key per row as batched products.
+    The backward writes H's gradient once (the last position's shares are added into it in place); the scores
+    and the pattern's gradient are batched matrix-vector products, which read H once.
     """
 
     @staticmethod
