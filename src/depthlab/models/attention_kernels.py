@@ -3,8 +3,9 @@
 At the sizes of quick studies (d' ≈ 28, n ≈ 11, 16 runs × 64 examples) a training step moves about 80 MB
 through memory for 0.16 GFLOP of matrix products, so it runs at the speed of memory, not of arithmetic, and
 autograd's generic backward passes add whole activation-sized tensors: a zero-filled gradient for every slice
-of H and a sum for every use of it. The last layer, which reads one query, is written here with fewer passes over memory; a test
-checks it against the generic code (``tests/test_model.py``: values and gradients, in float64).
+of H and a sum for every use of it. The last layer, which reads one query, is written here with fewer passes
+over memory; a test checks it against the generic code (``tests/test_model.py``: values and gradients, in
+float64).
 """
 
 from __future__ import annotations
