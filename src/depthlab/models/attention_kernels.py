@@ -13,6 +13,11 @@ from __future__ import annotations
 import torch
 
 
+def attention_pattern(scores: torch.Tensor, softmax: bool) -> torch.Tensor:
+    """σ over the keys (the last axis): the paper's ReLU (seed 001 eq. 2), or the softmax."""
+    return scores.softmax(-1) if softmax else torch.relu(scores)
+
+
 class LastQueryAttention(torch.autograd.Function):
     """The last layer for its one query, with the residual: h_{n-1} + (1/m) Σ_i (Σ_k σ(s_i)_k x_k) W_V,i,
     where s_i,k = x_{n-1} W_QK,i x_kᵀ (seed 001 eq. 2, the classifier's column only).
@@ -30,7 +35,7 @@ class LastQueryAttention(torch.autograd.Function):
         x = h[:, :, -1]
         queries = torch.einsum("rbd,rhde->rbhe", x, w_qk)  # [R, B, heads, d']
         scores = _per_key(h, queries)  # [R, B, heads, n]
-        pattern = scores.softmax(-1) if softmax else torch.relu(scores)
+        pattern = attention_pattern(scores, softmax)
         mixed = (pattern.unsqueeze(-1) * h.unsqueeze(2)).sum(-2)  # [R, B, heads, d']
         ctx.save_for_backward(h, w_qk, w_v, queries, scores, pattern, mixed)
         ctx.softmax = softmax

@@ -30,7 +30,7 @@ from typing import ClassVar, Literal
 import torch
 from pydantic import Field, field_validator, model_validator
 
-from .attention_kernels import LastQueryAttention
+from .attention_kernels import LastQueryAttention, attention_pattern
 from .base import (
     ModelOutput,
     ModelSpec,
@@ -167,7 +167,7 @@ class AttentionOnly(RunStacked):
         w_qk, w_v = self.weights(layer)
         keys = h.unsqueeze(2).transpose(-1, -2)  # [R, B, 1, d', n]
         scores = torch.einsum("rbqd,rhde->rbhqe", h, w_qk) @ keys
-        pattern = torch.relu(scores) if self.spec.attention == "relu" else scores.softmax(dim=-1)
+        pattern = attention_pattern(scores, self.spec.attention == "softmax")
         if override:
             pattern = pattern.clone()
             for (o_layer, head), kind in override.items():

@@ -89,9 +89,7 @@ def _configs(case: Case, runs: int, precision: str) -> list[RunConfig]:
                                              "eval_every": 10**6}, "seed": s}) for s in range(runs)]
 
 
-def _time(fn, min_seconds: float, warm_up: bool = True) -> tuple[int, float]:
-    if warm_up:
-        fn()
+def _time(fn, min_seconds: float) -> tuple[int, float]:
     steps, start = 0, time.perf_counter()
     while time.perf_counter() - start < min_seconds:
         fn()
@@ -122,6 +120,7 @@ def plain_loop(config: RunConfig, min_seconds: float) -> float:
         per_run_loss(logits, y, task.loss).sum().backward()
         opt.step()
 
+    step()  # warm-up
     steps, seconds = _time(step, min_seconds)
     return steps * batch / seconds
 
@@ -133,7 +132,7 @@ def engine(configs: list[RunConfig], min_seconds: float) -> tuple[float, float]:
         group = Group([(c, Store.run_id(c.to_dict())) for c in configs], Store(folder), len(configs))
         group.step()  # warm-up
         group.data_seconds = 0.0
-        steps, seconds = _time(group.step, min_seconds, warm_up=False)
+        steps, seconds = _time(group.step, min_seconds)
     examples = steps * len(configs) * configs[0].train.batch_size
     return examples / seconds, group.data_seconds / seconds
 
