@@ -17,8 +17,7 @@ import torch
 from torch.func import functional_call, grad, stack_module_state, vmap
 
 from depthlab.config import parse_run
-from depthlab.models import build_model
-from depthlab.train.engine import task_shapes
+from depthlab.models import TaskShapes, build_model
 from depthlab.train.objectives import per_run_loss
 
 RAW = {"task": {"name": "icqa", "k": 3, "n_q": 8, "n_a": 8},
@@ -43,14 +42,14 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     config = parse_run(RAW)
     task, runs, batch = config.task, args.runs, 64
-    shapes = task_shapes(task)
+    shapes = TaskShapes.of(task)
     data = task.sample(batch * runs, np.random.default_rng(0))
     # one-hot vectors rather than token ids: vmap cannot trace one_hot's data-dependent width check
     x = torch.nn.functional.one_hot(torch.from_numpy(data.inputs), shapes.vocab_size).float().view(runs, batch, -1,
                                                                                                shapes.vocab_size)
     y = torch.from_numpy(data.targets).view(runs, batch)
 
-    stacked = build_model(config.model, shapes, [torch.Generator().manual_seed(r) for r in range(runs)])
+    stacked = build_model(config.model, shapes, range(runs))
 
     def run_axis_step() -> None:
         loss = per_run_loss(stacked(x).outputs, y, "cross_entropy").sum()
@@ -59,7 +58,7 @@ def main() -> None:
             for p, g in zip(stacked.parameters(), grads, strict=True):
                 p.sub_(0.01 * g)
 
-    singles = [build_model(config.model, shapes, [torch.Generator().manual_seed(r)]) for r in range(runs)]
+    singles = [build_model(config.model, shapes, [r]) for r in range(runs)]
     params, buffers = stack_module_state(singles)
     base = copy.deepcopy(singles[0]).to("meta")
 

@@ -132,8 +132,8 @@ def test_ictm_layer1_template_rows():
     batch = task.sample(50, np.random.default_rng(0), "all")
     d, n = len(task.vocab), task.seq_len
     with torch.no_grad():
-        h = model.embed(torch.as_tensor(batch.inputs)[None])
-        after, _ = model.attend(0, h, None)
+        h = model.residual_stream(torch.as_tensor(batch.inputs)[None])
+        after = model.blocks[0](h)
     free = after[0, :, :, d + n : d + n + task.l]  # [B, n, l]
     for b in range(len(batch)):
         for block in range(task.k + 1):

@@ -9,10 +9,11 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from depthlab.analysis.runs import LoadedRun, build_run_model, checkpoint_folder
+from depthlab.analysis.runs import LoadedRun, checkpoint_folder
 from depthlab.config import parse_run
 from depthlab.errors import UserError
 from depthlab.induction.export import transformerlens_export, write_export
+from depthlab.models import TaskShapes, build_model
 from depthlab.store import Store
 from depthlab.tasks import TASKS
 from depthlab.train.checkpoint import save_checkpoint
@@ -27,7 +28,7 @@ TASK = {"name": "induction", "n_tokens": 20, "length": 12}
 def _run(model: dict, task: dict = TASK, seed: int = 0) -> LoadedRun:
     """A run of ``model`` on the induction task with every weight random (biases and LayerNorm gains too)."""
     config = parse_run({"task": task, "model": model, "train": {"steps": 1}, "seed": seed})
-    net = build_run_model(config)
+    net = build_model(config.model, TaskShapes.of(config.task), [config.seed])
     gen = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
         for p in net.parameters():

@@ -56,9 +56,9 @@ def test_h0_from_the_table_of_token_positions_equals_eq_3():
     taken when the table would be too big), are the same matrix."""
     model = make(runs=2, layers=1)
     tokens = torch.randint(0, SHAPES.vocab_size, (2, 6, SHAPES.seq_len))
-    looked_up = model.embed(tokens)
+    looked_up = model.residual_stream(tokens)
     model.token_positions = None
-    built = model.embed(tokens)
+    built = model.residual_stream(tokens)
     assert torch.equal(looked_up, built)
     assert torch.equal(built[..., : SHAPES.vocab_size].argmax(-1), tokens)
 
@@ -68,7 +68,8 @@ def test_bf16_keeps_the_residual_stream_in_fp32():
     model = make(runs=2, layers=2, heads=2, init="random").float()
     tokens = torch.randint(0, SHAPES.vocab_size, (2, 3, SHAPES.seq_len))
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        after, pattern = model.attend(0, model.embed(tokens), None)
+        _, cache = model.run_with_cache(tokens, names=["blocks.0.hook_resid_post", "blocks.0.attn.hook_pattern"])
+    after, pattern = cache["blocks.0.hook_resid_post"], cache["blocks.0.attn.hook_pattern"]
     assert after.dtype == torch.float32 and pattern.dtype == torch.bfloat16
 
 

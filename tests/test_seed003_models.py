@@ -60,9 +60,9 @@ def test_state_sizes():
 @pytest.mark.parametrize("name", ["linear_transformer", "retnet", "dss"])
 def test_parallel_form_equals_recurrence(name):
     model = make(name, runs=2, width=16, layers=2, init_std=0.5).double()
-    x = model.embed(tokens())
-    for layer in range(2):
-        parallel, recurrent = model.mix(layer, x), model.recurrent_mix(layer, x)
+    x = model.residual_stream(tokens())
+    for block in model.blocks:
+        parallel, recurrent = block.token_mixer(x), block.token_mixer.recurrent(x)
         assert parallel.abs().max() > 1e-2  # not a trivially small comparison
         torch.testing.assert_close(parallel, recurrent, rtol=1e-9, atol=1e-9)
 
@@ -80,7 +80,7 @@ def test_dss_kernel_is_the_zoh_diagonal_ssm():
 
     expected = [sum(wn * (cmath.exp(ln * dt) - 1) / ln * cmath.exp(ln * dt * step)
                     for wn, ln in zip(w, lam, strict=True)).real for step in range(6)]
-    torch.testing.assert_close(model.kernel(0, 6)[0, 1], torch.tensor(expected, dtype=torch.float64))
+    torch.testing.assert_close(model.blocks[0].ssm.kernel(6)[0, 1], torch.tensor(expected, dtype=torch.float64))
 
 
 def test_lstm_is_torch_lstm():
@@ -89,8 +89,8 @@ def test_lstm_is_torch_lstm():
     for r in range(2):
         ref = torch.nn.LSTM(8, 8, num_layers=2, batch_first=True).double()
         ref.load_state_dict({name: model.param(f"lstm.{name}")[r] for name, _ in ref.named_parameters()})
-        h = ref(model.embed(x)[r])[0]
-        torch.testing.assert_close(model.body(model.embed(x))[r], h)
+        h = ref(model.residual_stream(x)[r])[0]
+        torch.testing.assert_close(model.body(model.residual_stream(x))[r], h)
 
 
 @pytest.mark.parametrize("parallel", [True, False])
@@ -98,7 +98,7 @@ def test_mamba_equals_mambapy(parallel):
     """Our run-axis Mamba against mambapy's (the parallel scan, or its sequential scan), weights copied."""
     mambapy = pytest.importorskip("mambapy.mamba")
     model = make("mamba", runs=2, width=16, layers=2, d_state=4).double()
-    x = model.embed(tokens())
+    x = model.residual_stream(tokens())
     ours = model.body(x)
     config = mambapy.MambaConfig(d_model=16, n_layers=2, d_state=4, pscan=parallel)
     for r in range(2):
@@ -120,8 +120,9 @@ def test_mamba_equals_mambapy(parallel):
 def test_mamba_scan_is_the_selective_recurrence():
     """h_t = exp(Δ_t A) h_{t-1} + Δ_t x_t B_t, y_t = C_t·h_t + D x_t, element by element for one run and example."""
     model = make("mamba", runs=1, width=8, layers=1, d_state=3).double()
-    x = model.embed(tokens(runs=1, batch=1))
-    xs, z, delta, b, c, a = model.prepare(0, x)
+    x = model.residual_stream(tokens(runs=1, batch=1))
+    mixer = model.blocks[0].mixer
+    xs, z, delta, b, c, a = mixer.prepare(x)
     e, n = a.shape[-2:]
     h = [[0.0] * n for _ in range(e)]
     ys = []
@@ -134,5 +135,5 @@ def test_mamba_scan_is_the_selective_recurrence():
                 h[i][j] = decay * h[i][j] + d_t * xs[0, 0, t, i].item() * b[0, 0, t, j].item()
             row.append(sum(h[i][j] * c[0, 0, t, j].item() for j in range(n)))
         ys.append(row)
-    expected = model.finish(0, xs, z, torch.tensor(ys, dtype=torch.float64)[None, None])
-    torch.testing.assert_close(model.mix(0, x), expected)
+    expected = mixer.finish(xs, z, torch.tensor(ys, dtype=torch.float64)[None, None])
+    torch.testing.assert_close(mixer(x), expected)

@@ -37,11 +37,12 @@ from rich.console import Group as RichGroup
 from rich.table import Table
 
 from ..errors import UserError
+from ..models import TaskShapes, build_model
 from ..report.figures import STYLE, save_figure
 from ..store import Store
 from .ablation import capture, score
 from .circuit import Circuit, discover, path_attention, validate
-from .runs import LoadedRun, build_run_model, checkpoint_folder, load_run, sample_examples
+from .runs import LoadedRun, checkpoint_folder, load_run, sample_examples
 
 PARTIAL_EXAMPLES = 4096  # fresh evaluation examples for partial losses measured on a checkpoint
 EMERGENCE_EXAMPLES = 32  # "using 32 input sequences" (seed 002 §9.1)
@@ -130,7 +131,7 @@ def emergence(store: Store, run: LoadedRun, circuit: Circuit, examples: int = EM
     task = run.task
     batch = sample_examples(task, examples, seed)
     loss_batch = sample_examples(task, loss_examples, seed + 1)
-    model = build_run_model(run.config)  # step 0: the initialisation, as the engine builds it
+    model = build_model(run.config.model, TaskShapes.of(task), [run.config.seed])  # step 0: as the engine built it
     model.eval()
     steps, attention, losses, partial = [], [], [], {}
 

@@ -1,7 +1,7 @@
 """A finished run back from the store: its config, its trained model, and its attention maps.
 
-``load_run`` rebuilds the model exactly as the engine built it (same family, shapes and extra width of the
-paper's constructed first layer) for one run (R = 1), then loads the run's checkpoint (safetensors, never
+``load_run`` rebuilds the model exactly as the engine built it (``models.build_model`` from the run's config)
+for one run (R = 1), then loads the run's checkpoint (safetensors, never
 pickle; the optimizer state is dropped). ``attention_maps`` runs chosen examples through it with
 ``capture=True`` and returns every layer's and head's pattern with the tokens that label its axes.
 
@@ -19,6 +19,7 @@ import torch
 import yaml
 
 from ..errors import UserError
+from ..models import TaskShapes, build_model
 from ..store import Store, StoreError
 from ..tasks.base import SIGN, Batch, Task
 
@@ -33,7 +34,7 @@ class LoadedRun:
     id: str
     record: dict[str, Any]
     config: Any  # depthlab.config.RunConfig
-    model: Any  # a RunStacked module with n_runs == 1
+    model: Any  # a models.RunModule with n_runs == 1
     step: int  # the step of the loaded checkpoint
 
     @property
@@ -46,19 +47,6 @@ def checkpoint_folder(store: Store, run_id: str) -> Any:
     from ..store.sqlite import _check_id
 
     return store.artifacts_root / _check_id(run_id)
-
-
-def build_run_model(config: Any) -> Any:
-    """The untrained model of a run, built as the engine builds it (for R = 1)."""
-    from ..constructions.seed001 import paper_first_layer
-    from ..models import build_model
-    from ..train.engine import task_shapes
-
-    task = config.task
-    shapes = task_shapes(task)
-    construction = paper_first_layer(task, config.model)
-    options = {"extra_width": construction.extra_width} if construction else {}
-    return build_model(config.model, shapes, [torch.Generator().manual_seed(config.seed)], **options)
 
 
 def load_run(store: Store, run_id: str) -> LoadedRun:
@@ -81,7 +69,7 @@ def load_run(store: Store, run_id: str) -> LoadedRun:
         raise UserError(f"run {run_id}: no checkpoint (status {record['status']}, step {record['step']})")
     tensors, meta = loaded
     weights = {k: v for k, v in tensors.items() if not k.startswith("optimizer.")}
-    model = build_run_model(config)
+    model = build_model(config.model, TaskShapes.of(config.task), [config.seed])
     try:
         model.load_run_state_dict(0, weights)
     except ValueError as e:

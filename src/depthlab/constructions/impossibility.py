@@ -130,7 +130,7 @@ def dependent_set(task: Task) -> DependentSet:
 
 def _softmax_normalisers(model, inputs: torch.Tensor) -> torch.Tensor:
     """log Z_i = log Σ_j exp(score(x_j, x_{n-1})) of the single softmax head, per run and sequence [R, N]."""
-    h = model.embed(inputs)  # [R, N, n, d']
+    h = model.residual_stream(inputs)  # [R, N, n, d']
     w = model.param("blocks.0.attn.W_QK")[:, 0]  # [R, d', d']
     scores = torch.einsum("rnd,rde,rnje->rnj", h[:, :, -1], w, h)
     return torch.logsumexp(scores, dim=-1)

@@ -356,7 +356,7 @@ def certify_equality(built: Equality, grid: int = 65, chunk: int = 1024) -> dict
     m = built.model.spec.width // 2
     ln = lambda x: torch.nn.functional.layer_norm(x, x.shape[-1:])  # noqa: E731  (gains 1, biases 0)
     tokens = torch.zeros(1, 1, N, dtype=torch.long)
-    x0 = model.embed(tokens)[0, 0]  # [N, d]; the bit's sign does not change norms or the attention
+    x0 = model.residual_stream(tokens)[0, 0]  # [N, d]; the bit's sign does not change norms or the attention
     h = ln(x0)
     q = h @ model.param("blocks.0.attn.W_Q")[0, 0]
     key = h @ model.param("blocks.0.attn.W_K")[0, 0]

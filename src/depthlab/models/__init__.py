@@ -1,6 +1,7 @@
 """Model families. Importing this package registers every family in ``MODELS``."""
 
 from . import attention_only, dss, linear_transformer, lstm, mamba, retnet, transformer  # noqa: F401  (registers the families)
-from .base import MODELS, ModelOutput, ModelSpec, TaskShapes, build_model
+from .base import MODELS, ModelOutput, ModelSpec, RunModule, TaskShapes, build_model
+from .hooks import HookPoint
 
-__all__ = ["MODELS", "ModelOutput", "ModelSpec", "TaskShapes", "build_model"]
+__all__ = ["MODELS", "HookPoint", "ModelOutput", "ModelSpec", "RunModule", "TaskShapes", "build_model"]

@@ -10,17 +10,20 @@ Weights follow TransformerLens' row-vector convention (a position's representati
 ``blocks.{l}.attn.W_QK`` [heads, d', d'] with score(query q, key k) = x_q W_QK x_kᵀ, so the paper's
 W_QK (score = x_kᵀ W x_q, eq. 2 with columns) is its transpose; ``blocks.{l}.attn.W_V`` [heads, d', d'] with
 value = x W_V (the paper's W_V transposed); ``unembed.W_U`` [d', C] with logits = h_{n-1} W_U (W_O transposed).
-There is no causal mask (the paper's attention is bidirectional) and no MLP, LayerNorm or bias.
+There is no causal mask (the paper's attention is bidirectional) and no MLP, LayerNorm or bias. Initialisations
+(``init``: paper, paper-first, random) and the constructed first layers are in ``models.init``.
 
-Initialisations (``init``):
-- ``paper`` (§9.1): W_QK uniform in [0, ``qk_scale``) (the paper: [0, 1)); W_V "initialised with a value of 1",
-  read as the identity (a matrix of ones would copy every coordinate into every other); W_U uniform in [0, 1).
-  For reasoning and generalisation tasks the first layer is then set to the seed's construction
-  (§13.2, §14.2, §15) by ``depthlab.constructions.seed001.paper_first_layer``, which the trainer applies.
-- ``paper-first``: the paper's constructed first layer (on W_QK uniform in [0, qk_scale)), every other weight
-  random as below. With §9.1's W_V = I and W_U uniform [0, 1) after the constructed layer, 3-layer models stay
-  at chance on IC-TM (measured); with random weights after it they learn it.
-- ``random``: W_QK, W_V and W_U normal with standard deviation 1/√d'.
+Hook points (activations [R, B, …], per-head ones in TransformerLens' layout [R, B, pos, heads, …]):
+``hook_embed`` (token one-hots, or the padded input vectors, in d' coordinates), ``hook_pos_embed`` (position
+one-hots), and per layer ``blocks.{l}.hook_resid_pre``, ``attn.hook_q`` (x W_QK, so that score = q · k),
+``attn.hook_k`` (x), ``attn.hook_v`` (x W_V), ``attn.hook_attn_scores``, ``attn.hook_pattern`` (σ of the scores),
+``attn.hook_z`` (Σ_k pattern[q, k] v_k), ``hook_attn_out`` ((1/m) Σ_i z_i) and ``hook_resid_post``. The exported
+TransformerLens model (``depthlab export``) has the same values at the same names, except ``hook_q``, which
+is √d' times larger there (TransformerLens divides scores by √d_head).
+
+The per-head values, z and the attention output are computed only when one of their hooks is attached: without
+them the layer adds Σ_i (pattern_i H) W_V,i to H in one product, and the last layer computes only the
+classifier's query with a hand-written backward (``models.attention_kernels``).
 """
 
 from __future__ import annotations
@@ -31,15 +34,10 @@ import torch
 from pydantic import Field, field_validator, model_validator
 
 from .attention_kernels import LastQueryAttention, attention_pattern
-from .base import (
-    ModelOutput,
-    ModelSpec,
-    Override,
-    RunStacked,
-    TaskShapes,
-    override_pattern,
-    register,
-)
+from .base import ModelSpec, RunModule, TaskShapes, register
+from .components import Unembed, through_head_hook
+from .hooks import HookPoint
+from .init import attention_only_weight, paper_first_layer
 
 
 @register
@@ -75,25 +73,102 @@ class AttentionOnlySpec(ModelSpec):
         return list(self.heads) if isinstance(self.heads, list) else [self.heads] * self.layers
 
 
-class AttentionOnly(RunStacked):
+class BilinearAttention(torch.nn.Module):
+    """One layer's heads: ``W_QK`` and ``W_V`` [R, heads, d', d'], σ the ReLU (or softmax) of x_q W_QK x_kᵀ."""
+
+    def __init__(self, w_qk: torch.nn.Parameter, w_v: torch.nn.Parameter, softmax: bool) -> None:
+        super().__init__()
+        self.W_QK, self.W_V, self.softmax = w_qk, w_v, softmax
+        for name in ("q", "k", "v", "attn_scores", "pattern", "z"):
+            setattr(self, f"hook_{name}", HookPoint())
+
+    def value_weights(self) -> torch.Tensor:
+        """W_V with eq. 2's 1/m average in it (on the small tensor, not the activations)."""
+        return self.W_V / self.W_V.shape[1]
+
+    def pattern(self, h: torch.Tensor) -> torch.Tensor:
+        """σ(scores) for every query, [R, B, heads, q, k], through ``hook_q``, ``hook_k``, ``hook_attn_scores``
+        and ``hook_pattern``."""
+        # keys before queries: the order autograd sums H's gradient in (kept as it was, bit for bit)
+        keys = h.unsqueeze(2).transpose(-1, -2)  # [R, B, 1, d', n]: every head reads the same keys
+        queries = through_head_hook(self.hook_q, torch.einsum("rbqd,rhde->rbhqe", h, self.W_QK))
+        if self.hook_k.active:
+            keys = through_head_hook(self.hook_k, h.unsqueeze(2).expand_as(queries)).transpose(-1, -2)
+        scores = self.hook_attn_scores(queries @ keys)
+        return self.hook_pattern(attention_pattern(scores, self.softmax))
+
+    @property
+    def per_head_hooked(self) -> bool:
+        return self.hook_v.active or self.hook_z.active
+
+    def residual(self, h: torch.Tensor, pattern: torch.Tensor) -> torch.Tensor:
+        """H + (1/m) Σ_i (pattern_i H) W_V,i in one product over (head, coordinate), in one pass over memory."""
+        mixed = pattern @ h.unsqueeze(2)  # [R, B, heads, q, d']: Σ_k pattern[q, k] x_k, before W_V
+        runs, batch, heads, n, width = mixed.shape
+        mixed = mixed.transpose(2, 3).reshape(runs, batch * n, -1)
+        w_v = self.value_weights().reshape(runs, heads * width, width)
+        if torch.is_autocast_enabled("cpu"):  # … except in bf16, where the residual stream stays in fp32
+            return h + (mixed @ w_v).view(h.shape)
+        return torch.baddbmm(h.reshape(runs, batch * n, width), mixed, w_v).view(h.shape)
+
+    def output(self, h: torch.Tensor, pattern: torch.Tensor) -> torch.Tensor:
+        """(1/m) Σ_i z_i with z_i = pattern_i (H W_V,i), through ``hook_v`` and ``hook_z``: [R, B, n, d']."""
+        values = through_head_hook(self.hook_v, torch.einsum("rbnd,rhde->rbhne", h, self.W_V))
+        z = through_head_hook(self.hook_z, pattern @ values)
+        return z.sum(2) / z.shape[2]
+
+    def last_query(self, h: torch.Tensor) -> torch.Tensor:
+        """H^(l+1) at the last position only, [R, B, d'] (the classifier's column; hand-written backward)."""
+        return LastQueryAttention.apply(h, self.W_QK, self.value_weights(), self.softmax)
+
+
+class AttentionOnlyBlock(torch.nn.Module):
+    """H^(l+1) = H^(l) + (1/m) Σ_i V_i σ(Q_iᵀ K_i) (eq. 2), with its hook points."""
+
+    def __init__(self, attn: BilinearAttention) -> None:
+        super().__init__()
+        self.hook_resid_pre = HookPoint()
+        self.attn = attn
+        self.hook_attn_out, self.hook_resid_post = HookPoint(), HookPoint()
+        self.points = [m for m in self.modules() if isinstance(m, HookPoint)]  # a list: not submodules again
+
+    @property
+    def hooked(self) -> bool:
+        return any(point.active for point in self.points)
+
+    def forward(self, h: torch.Tensor, last_query: bool = False) -> torch.Tensor:
+        """H^(l+1) [R, B, n, d'], or [R, B, 1, d'] at the last position with ``last_query`` (no hook attached)."""
+        h = self.hook_resid_pre(h)
+        if last_query:
+            return self.attn.last_query(h).unsqueeze(2)
+        pattern = self.attn.pattern(h)
+        if self.attn.per_head_hooked or self.hook_attn_out.active:
+            out = self.hook_attn_out(self.attn.output(h, pattern))
+            return self.hook_resid_post(h + out)
+        return self.hook_resid_post(self.attn.residual(h, pattern))
+
+
+class AttentionOnly(RunModule):
     """R runs of the same attention-only transformer, parameters stacked on a leading run axis."""
 
-    def __init__(self, spec: AttentionOnlySpec, shapes: TaskShapes, n_runs: int,
-                 generators: list[torch.Generator], extra_width: int = 0) -> None:
-        super().__init__(n_runs)
-        self.spec = spec
+    def __init__(self, spec: AttentionOnlySpec, shapes: TaskShapes, generators: list[torch.Generator]) -> None:
+        super().__init__(spec, shapes, len(generators))
         self.d, self.n, self.n_classes = shapes.vocab_size, shapes.seq_len, shapes.n_classes
-        minimal = self.d + self.n + extra_width
-        self.width = spec.width if spec.width is not None else minimal
-        if self.width < self.d + self.n:
+        first = paper_first_layer(shapes.task, shapes.task_params, spec.init)
+        minimal = self.d + self.n + (first.extra_width if first else 0)
+        self.width = width = spec.width if spec.width is not None else minimal
+        if width < self.d + self.n:
             raise ValueError(f"model.width must be at least d + n = {self.d + self.n} for this task")
-        width = self.width
-        for layer, heads in enumerate(spec.heads_per_layer):
-            # paper-first: the constructed layer 0 starts from the paper's small uniform W_QK, the rest random
-            qk_kind = "qk_paper" if spec.init == "paper-first" and layer == 0 else "qk"
-            self.add(f"blocks.{layer}.attn.W_QK", self._init([heads, width, width], generators, qk_kind))
-            self.add(f"blocks.{layer}.attn.W_V", self._init([heads, width, width], generators, "v"))
-        self.add("unembed.W_U", self._init([width, self.n_classes], generators, "u"))
+        self.hook_embed, self.hook_pos_embed = HookPoint(), HookPoint()
+
+        def weight(kind: str, shape: list[int], first_layer: bool = False) -> torch.nn.Parameter:
+            return attention_only_weight(kind, spec.init, shape, generators, width, spec.qk_scale, first_layer)
+
+        self.blocks = torch.nn.ModuleList(
+            AttentionOnlyBlock(BilinearAttention(weight("qk", [heads, width, width], layer == 0),
+                                                 weight("v", [heads, width, width]), spec.attention == "softmax"))
+            for layer, heads in enumerate(spec.heads_per_layer))
+        self.unembed = Unembed(weight("u", [width, self.n_classes]))
         positions = torch.zeros(self.n, width)
         positions[torch.arange(self.n), self.d + torch.arange(self.n)] = 1.0
         self.register_buffer("positions", positions, persistent=False)
@@ -102,84 +177,35 @@ class AttentionOnly(RunStacked):
         # … and a lookup in a table of every (token, position) row is H^(0) in one pass over memory
         table = (self.one_hot[:, None] + positions).reshape(-1, width) if self.d * self.n * width <= 2**22 else None
         self.register_buffer("token_positions", table, persistent=False)
-
-    def _init(self, shape: list[int], generators: list[torch.Generator], kind: str) -> torch.Tensor:
-        out = torch.empty([len(generators), *shape])
-        width = self.width if hasattr(self, "width") else shape[-1]
-        for r, gen in enumerate(generators):
-            if self.spec.init != "paper" and kind != "qk_paper":
-                out[r] = torch.randn(shape, generator=gen) / width**0.5
-            elif kind in ("qk", "qk_paper"):
-                out[r] = torch.rand(shape, generator=gen) * self.spec.qk_scale
-            elif kind == "v":
-                out[r] = torch.eye(shape[-1]).expand(shape)
-            else:
-                out[r] = torch.rand(shape, generator=gen)
-        return out
+        if first:
+            first.apply(self)
+        self.setup_hooks()
 
     @property
-    def layers(self) -> int:
-        return self.spec.layers
+    def heads_per_layer(self) -> list[int]:
+        return self.spec.heads_per_layer
 
-    def embed(self, inputs: torch.Tensor) -> torch.Tensor:
+    def residual_stream(self, inputs: torch.Tensor) -> torch.Tensor:
         """H^(0) as rows: [R, B, n, d'] from token ids [R, B, n] (eq. 3), or from vectors [R, B, n, d]
         (seed 002 §6: "positional features concatenated to each vector")."""
         if inputs.is_floating_point():
             pad = self.width - inputs.shape[-1]
-            return torch.nn.functional.pad(inputs.to(self.positions.dtype), (0, pad)) + self.positions
-        if self.token_positions is not None:
+            tokens = torch.nn.functional.pad(inputs.to(self.positions.dtype), (0, pad))
+        elif self.hook_embed.active or self.hook_pos_embed.active or self.token_positions is None:
+            tokens = torch.nn.functional.embedding(inputs, self.one_hot)
+        else:
             return torch.nn.functional.embedding(inputs * self.n + torch.arange(self.n), self.token_positions)
-        return torch.nn.functional.embedding(inputs, self.one_hot) + self.positions
+        return self.hook_embed(tokens) + self.hook_pos_embed(self.positions.expand_as(tokens))
 
-    def forward(self, inputs: torch.Tensor, capture: bool = False, override: Override | None = None,
-                read: torch.Tensor | None = None) -> ModelOutput:
+    def logits(self, inputs: torch.Tensor, read: torch.Tensor | None = None) -> torch.Tensor:
         """Logits [R, B, C] at the last position, or [R, B, P, C] at the positions ``read``."""
-        h = self.embed(inputs)
-        patterns = []
-        for layer in range(self.layers):
-            # The classifier reads only the last position, so the last layer computes only that query (not when
-            # patterns are overridden: those are written for every query).
-            last_only = layer == self.layers - 1 and not capture and read is None and not override
-            if last_only:  # the classifier's column only, with a hand-written backward (``attention_kernels``)
-                h = self.last_query(layer, h).unsqueeze(2)
-                continue
-            h, pattern = self.attend(layer, h, override)
-            if capture:
-                patterns.append(pattern)
-        if read is None:
-            return ModelOutput(h[:, :, -1] @ self.param("unembed.W_U"), patterns)
-        chosen = h[:, :, read]
-        logits = (chosen.reshape(chosen.shape[0], -1, self.width) @ self.param("unembed.W_U")).view(
-            *chosen.shape[:-1], -1)
-        return ModelOutput(logits, patterns)
-
-    def weights(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """W_QK and W_V of one layer, the 1/m head average on W_V (the small tensor, not the activations)."""
-        w_v = self.param(f"blocks.{layer}.attn.W_V")
-        return self.param(f"blocks.{layer}.attn.W_QK"), w_v / w_v.shape[1]
-
-    def last_query(self, layer: int, h: torch.Tensor) -> torch.Tensor:
-        """The layer's output at the last position only: [R, B, d']."""
-        return LastQueryAttention.apply(h, *self.weights(layer), self.spec.attention == "softmax")
-
-    def attend(self, layer: int, h: torch.Tensor, override: Override | None):
-        """H^(l+1) = H + (1/m) Σ_i σ(scores_i) (H W_V,i) for every query, and the pattern."""
-        w_qk, w_v = self.weights(layer)
-        keys = h.unsqueeze(2).transpose(-1, -2)  # [R, B, 1, d', n]
-        scores = torch.einsum("rbqd,rhde->rbhqe", h, w_qk) @ keys
-        pattern = attention_pattern(scores, self.spec.attention == "softmax")
-        if override:
-            pattern = pattern.clone()
-            for (o_layer, head), kind in override.items():
-                if o_layer == layer:
-                    pattern[:, :, head] = override_pattern(kind, pattern[:, :, head])
-        mixed = pattern @ h.unsqueeze(2)  # [R, B, heads, q, d']: Σ_k pattern[q, k] x_k, before W_V
-        runs, batch, heads, n, width = mixed.shape
-        # Σ_i mixed_i W_V,i as one product over (head, coordinate), added to H in the same pass over memory …
-        mixed, w_v = mixed.transpose(2, 3).reshape(runs, batch * n, -1), w_v.reshape(runs, heads * width, width)
-        if torch.is_autocast_enabled("cpu"):  # … except in bf16, where the residual stream stays in fp32
-            return h + (mixed @ w_v).view(h.shape), pattern
-        return torch.baddbmm(h.reshape(runs, batch * n, width), mixed, w_v).view(h.shape), pattern
+        h = self.residual_stream(inputs)
+        last = len(self.blocks) - 1
+        for layer, block in enumerate(self.blocks):
+            # The classifier reads only the last position, so the last layer computes only that query — unless a
+            # hook asks for what it would skip, or other positions are read.
+            h = block(h, last_query=layer == last and read is None and not block.hooked)
+        return self.unembed(h[:, :, -1] if read is None else h[:, :, read])
 
 
 AttentionOnlySpec.family = AttentionOnly

@@ -1,41 +1,59 @@
-"""What every model family shares: the output type, the registry, and the attention override.
+"""What every model family shares: the spec registry, the task's shapes, the run axis, and the forward contract.
 
-Models are built for a *group* of R runs at once: every parameter has a leading run axis, and
-``forward`` takes inputs of shape [R, B, …]. A single run is simply R = 1. This is the batched engine's
-lever on a CPU (many small models train as one program) and it never mixes runs: every operation is
-independent along the run axis.
+Models are built for a *group* of R runs at once: every parameter has a leading run axis, and ``forward`` takes
+inputs of shape [R, B, …]. A single run is simply R = 1. This is the batched engine's lever on a CPU (many
+small models train as one program) and it never mixes runs: every operation is independent along the run axis.
 
-``forward(inputs, capture=False, override=None) -> ModelOutput``:
+A family is a tree of small modules (``models.components``: embedding, attention, MLP or mixer, block,
+unembedding), so its parameters are named as TransformerLens names them (``embed.W_E``, ``blocks.0.attn.W_Q``,
+``unembed.W_U``), and every intermediate passes through a named hook point (``models.hooks``).
+
+``forward(inputs, capture=False, override=None, read=None) -> ModelOutput``:
 - ``capture=True`` returns every layer's attention pattern, shape [R, B, heads, query, key]
-  (TransformerLens' ``hook_pattern`` with a run axis in front).
-- ``override`` maps ``(layer, head)`` to a replacement pattern: a tensor broadcastable to
-  [R, B, query, key], or one of the strings ``"uniform"``, ``"identity"``, ``"previous"`` (see
-  ``override_pattern``) — the seeds' head ablations.
+  (TransformerLens' ``hook_pattern`` with a run axis in front): hooks on every ``hook_pattern``;
+- ``override`` maps ``(layer, head)`` to a replacement pattern: a tensor broadcastable to [R, B, query, key], or
+  one of ``"uniform"``, ``"identity"``, ``"previous"`` (see :func:`override_pattern`) — the seeds' head
+  ablations, as hooks on ``blocks.{layer}.attn.hook_pattern``;
+- ``read``: positions whose logits are returned ([R, B, P, C]) instead of the last position's ([R, B, C]).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
 from pydantic import BaseModel, ConfigDict
 
+from .hooks import HookedModule, HookPoint
+
 
 @dataclass
 class ModelOutput:
-    outputs: torch.Tensor  # [R, B, C] logits at the read-out position
+    outputs: torch.Tensor  # [R, B, C] logits at the read-out position ([R, B, P, C] at ``read``)
     attentions: list[torch.Tensor] = field(default_factory=list)  # per layer [R, B, heads, q, k]
 
 
 @dataclass(frozen=True)
 class TaskShapes:
-    """What a model needs to know about a task: vocabulary size d, sequence length n, classes C."""
+    """What a model needs to know about a task: vocabulary size d (or input width), length n, classes C.
+
+    ``task`` and ``task_params`` (the task's name and fields) let an initialisation that the seeds define per task
+    (seed 001 §9.1's constructed first layer, ``models.init``) find its construction; other models ignore them.
+    """
 
     vocab_size: int
     seq_len: int
     n_classes: int
+    task: str = ""
+    task_params: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, task: Any) -> TaskShapes:
+        """A task's shapes (vector tasks give their input width as the vocabulary)."""
+        return cls(task.input_dim or len(task.vocab), task.seq_len, task.n_outputs, task.name, task.model_dump())
 
 
 class ModelSpec(BaseModel):
@@ -94,51 +112,100 @@ def override_pattern(kind: torch.Tensor | str, like: torch.Tensor, causal: bool 
     raise ValueError(f"override: unknown pattern {kind!r}; allowed: uniform, identity, previous or a tensor")
 
 
-def build_model(spec: ModelSpec, shapes: TaskShapes, generators: list[torch.Generator], **options: Any) -> Any:
-    """Build the family's module for ``len(generators)`` runs, run r initialised from ``generators[r]``."""
-    return spec.family(spec, shapes, len(generators), generators, **options)
+def generators_for(runs: Sequence[int | torch.Generator]) -> list[torch.Generator]:
+    """One generator per run: a seed becomes ``torch.Generator().manual_seed(seed)``; a generator is used as is."""
+    return [r if isinstance(r, torch.Generator) else torch.Generator().manual_seed(int(r)) for r in runs]
 
 
-class RunStacked(torch.nn.Module):
-    """Base module for a group of runs: parameters carry a leading run axis and TransformerLens-style names.
+def build_model(spec: ModelSpec, shapes: TaskShapes, runs: Sequence[int | torch.Generator]) -> RunModule:
+    """The family's module for ``len(runs)`` runs, run r initialised from ``runs[r]`` (a seed or a generator),
+    as ``spec.init`` says where the family has initialisations of its own (``models.init``).
 
-    Subclasses call ``add(tl_name, tensor)`` for each parameter (``blocks.0.attn.W_QK``, ``unembed.W_U``…);
-    this class gives them per-run state dicts (for checkpoints and export) and run selection (a run that
-    finishes leaves the group).
+    The one way a model is built: the engine, the analyses and the exporters all call it, so a run rebuilt
+    from its config is the run that trained.
+    """
+    return spec.family(spec, shapes, generators_for(runs))
+
+
+class RunModule(HookedModule):
+    """Root module of a family: R runs stacked on the leading axis of every parameter, hook points, forward.
+
+    Subclasses build their parts, call :meth:`setup_hooks`, and implement :meth:`logits`. Families with attention
+    list their heads per layer in ``heads_per_layer`` (capture and override act on those patterns).
     """
 
-    def __init__(self, n_runs: int) -> None:
+    causal: bool = False  # whether attention is causal (an ablation's uniform pattern then respects the mask)
+
+    def __init__(self, spec: ModelSpec, shapes: TaskShapes, n_runs: int) -> None:
         super().__init__()
-        self.n_runs = n_runs
-        self.tl_names: dict[str, str] = {}
+        self.spec, self.shapes, self.n_runs = spec, shapes, n_runs
 
-    def add(self, tl_name: str, value: torch.Tensor) -> torch.nn.Parameter:
-        key = tl_name.replace(".", "__")
-        param = torch.nn.Parameter(value)
-        self.register_parameter(key, param)
-        self.tl_names[key] = tl_name
-        return param
+    @property
+    def heads_per_layer(self) -> list[int]:
+        return []
 
-    def param(self, tl_name: str) -> torch.nn.Parameter:
-        return getattr(self, tl_name.replace(".", "__"))
+    @property
+    def layers(self) -> int:
+        return int(self.spec.layers)
 
+    def param(self, name: str) -> torch.nn.Parameter:
+        """The parameter by its dotted name (``blocks.0.attn.W_QK``), all runs."""
+        return self.get_parameter(name)
+
+    def logits(self, inputs: torch.Tensor, read: torch.Tensor | None = None) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, inputs: torch.Tensor, capture: bool = False, override: Override | None = None,
+                read: torch.Tensor | None = None) -> ModelOutput:
+        if not capture and not override:
+            return ModelOutput(self.logits(inputs, read))
+        if not self.heads_per_layer:
+            if override:
+                raise ValueError(f"{self.spec.name} has no attention heads to override")
+            return ModelOutput(self.logits(inputs, read))
+        patterns: list[torch.Tensor] = []
+        hooks = [(f"blocks.{layer}.attn.hook_pattern", self._override_hook(heads))
+                 for layer, heads in _by_layer(override or {}).items()]
+        if capture:
+            hooks.append((lambda name: name.endswith("attn.hook_pattern"), lambda x, hook: patterns.append(x)))
+        with self.hooks(hooks):
+            return ModelOutput(self.logits(inputs, read), patterns)
+
+    def _override_hook(self, heads: dict[int, torch.Tensor | str]):
+        def replace(pattern: torch.Tensor, hook: HookPoint) -> torch.Tensor:
+            pattern = pattern.clone()
+            for head, kind in heads.items():
+                pattern[:, :, head] = override_pattern(kind, pattern[:, :, head], self.causal)
+            return pattern
+
+        return replace
+
+    # --- the run axis ---------------------------------------------------------------------------------
     def run_state_dict(self, run: int) -> dict[str, torch.Tensor]:
         """Run ``run``'s weights under TransformerLens-style names, without the run axis."""
-        return {tl: getattr(self, key).detach()[run].contiguous() for key, tl in self.tl_names.items()}
+        return {name: p.detach()[run].contiguous() for name, p in self.named_parameters()}
 
     def load_run_state_dict(self, run: int, state: dict[str, torch.Tensor]) -> None:
-        expected = {tl: tuple(getattr(self, key).shape[1:]) for key, tl in self.tl_names.items()}
+        expected = {name: tuple(p.shape[1:]) for name, p in self.named_parameters()}
         got = {name: tuple(t.shape) for name, t in state.items()}
         if expected != got:
             diff = sorted(set(expected.items()) ^ set(got.items()))
             raise ValueError(f"checkpoint does not fit the model config: {diff[:4]}")
         with torch.no_grad():
-            for key, tl in self.tl_names.items():
-                getattr(self, key)[run] = state[tl]
+            for name, p in self.named_parameters():
+                p[run] = state[name]
 
     def select_runs(self, keep: torch.Tensor) -> None:
         """Keep only the runs at indices ``keep`` (in that order)."""
-        for key in self.tl_names:
+        for name, p in list(self.named_parameters()):
+            owner, _, attr = name.rpartition(".")
             # A new Parameter (not a reshaped .data): autograd remembers the shape of the old one.
-            self.register_parameter(key, torch.nn.Parameter(getattr(self, key).detach()[keep].contiguous()))
+            self.get_submodule(owner).register_parameter(attr, torch.nn.Parameter(p.detach()[keep].contiguous()))
         self.n_runs = int(keep.numel())
+
+
+def _by_layer(override: Override) -> dict[int, dict[int, torch.Tensor | str]]:
+    out: dict[int, dict[int, torch.Tensor | str]] = {}
+    for (layer, head), kind in override.items():
+        out.setdefault(layer, {})[head] = kind
+    return out

@@ -11,10 +11,10 @@ with Λ_n = −exp(Λ_re,n) + iΛ_im,n shared by the channels of a layer (as DSS
 exp(log_dt_h). Initialisation: Λ_n = −1/2 + iπn (S4D-Lin, the diagonal approximation of HiPPO DSS starts from),
 log Δ uniform in [log 0.001, log 0.1], W complex normal with variance 1/2 per part, D = 1. A block is
 pre-LayerNorm, the SSM, GELU, a linear output map and the residual (the S4/DSS block), with an optional GELU
-MLP. Training uses the FFT convolution; ``recurrent_mix`` runs the recurrence step by step and the tests
+MLP. Training uses the FFT convolution; ``recurrent`` runs the recurrence step by step and the tests
 check that they agree. Written here because the authors' implementation (``state-spaces``) is a research
 repository, not an installable library, and has no run axis. State size: layers · width · N complex numbers
-(2 reals each).
+(2 reals each); ``hook_state`` gives x_l, complex, [R, B, n, width, N].
 """
 
 from __future__ import annotations
@@ -26,8 +26,9 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field
 
-from .base import TaskShapes, register
-from .recurrent import RecurrentSpec, SequenceStack, bias, per_run
+from .base import register
+from .components import Init, bias, per_run
+from .recurrent import Mixer, RecurrentSpec, ResidualBlock, SequenceStack
 
 
 @register
@@ -47,62 +48,73 @@ class DSSSpec(RecurrentSpec):
         return self.layers * self.width * self.d_state * 2
 
 
-class DSS(SequenceStack):
-    """R runs of a stack of DSS layers."""
+class DiagonalSSM(Mixer):
+    """One DSS layer: the diagonal SSM per channel, D skip, GELU and the output map."""
 
-    def __init__(self, spec: DSSSpec, shapes: TaskShapes, n_runs: int, generators: list[torch.Generator]) -> None:
-        super().__init__(spec, shapes, n_runs, generators, mlp=spec.mlp)
+    def __init__(self, spec: DSSSpec, init: Init) -> None:
+        super().__init__()
+        d, n = spec.width, spec.d_state
+        self.Lambda_re_log = init.const([n], math.log(0.5))
+        self.Lambda_im = torch.nn.Parameter((math.pi * torch.arange(n, dtype=torch.float32)).expand(init.runs, n)
+                                            .clone())
+        self.W_re = init.normal([d, n], math.sqrt(0.5))
+        self.W_im = init.normal([d, n], math.sqrt(0.5))
+        self.log_dt = init.uniform([d], math.log(spec.dt_min), math.log(spec.dt_max))
+        self.D = init.const([d], 1.0)
+        self.W_out = init.normal([d, d], 1.0 / math.sqrt(d))
+        self.b_out = init.const([d], 0.0)
 
-    def _init_mixer(self, layer: int) -> None:
-        d, n = self.spec.width, self.spec.d_state
-        p = f"blocks.{layer}.ssm"
-        self.add(f"{p}.Lambda_re_log", self.const([n], math.log(0.5)))
-        self.add(f"{p}.Lambda_im", (math.pi * torch.arange(n, dtype=torch.float32)).expand(self.n_runs, n).clone())
-        self.add(f"{p}.W_re", self.normal([d, n], math.sqrt(0.5)))
-        self.add(f"{p}.W_im", self.normal([d, n], math.sqrt(0.5)))
-        self.add(f"{p}.log_dt", self.uniform([d], math.log(self.spec.dt_min), math.log(self.spec.dt_max)))
-        self.add(f"{p}.D", self.const([d], 1.0))
-        self.add(f"{p}.W_out", self.normal([d, d], 1.0 / math.sqrt(d)))
-        self.add(f"{p}.b_out", self.const([d], 0.0))
-
-    def discretised(self, layer: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """exp(ΛΔ) [R, d, N], the input map (exp(ΛΔ) − 1)/Λ · W folded into W, and W: complex."""
-        p = f"blocks.{layer}.ssm"
-        lam = torch.complex(-self.param(f"{p}.Lambda_re_log").exp(), self.param(f"{p}.Lambda_im"))  # [R, N]
-        dt_lam = lam[:, None, :] * self.param(f"{p}.log_dt").exp()[:, :, None]  # [R, d, N]
+    def discretised(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """exp(ΛΔ) [R, d, N], the input map (exp(ΛΔ) − 1)/Λ, and W: complex."""
+        lam = torch.complex(-self.Lambda_re_log.exp(), self.Lambda_im)  # [R, N]
+        dt_lam = lam[:, None, :] * self.log_dt.exp()[:, :, None]  # [R, d, N]
         step = dt_lam.exp()
-        w = torch.complex(self.param(f"{p}.W_re"), self.param(f"{p}.W_im"))
-        return step, (step - 1) / lam[:, None, :], w
+        return step, (step - 1) / lam[:, None, :], torch.complex(self.W_re, self.W_im)
 
-    def kernel(self, layer: int, length: int) -> torch.Tensor:
+    def kernel(self, length: int) -> torch.Tensor:
         """K̄ [R, d, length]: the SSM's impulse response."""
-        step, b_bar, w = self.discretised(layer)
+        step, b_bar, w = self.discretised()
         powers = torch.exp(step.log()[..., None] * torch.arange(length, dtype=step.real.dtype))  # [R, d, N, L]
         return torch.einsum("rdn,rdnl->rdl", w * b_bar, powers).real
 
-    def finish(self, layer: int, u: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def finish(self, u: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """D skip, GELU, output map; u and y are [R, B, n, d]."""
-        p = f"blocks.{layer}.ssm"
-        y = F.gelu(y + u * bias(self.param(f"{p}.D"), u))
-        return per_run(y, self.param(f"{p}.W_out")) + bias(self.param(f"{p}.b_out"), y)
+        y = F.gelu(y + u * bias(self.D, u))
+        return per_run(y, self.W_out) + bias(self.b_out, y)
 
-    def mix(self, layer: int, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         n = x.shape[2]
-        k = self.kernel(layer, n)  # [R, d, n]
+        k = self.kernel(n)  # [R, d, n]
         u = x.transpose(2, 3)  # [R, B, d, n]
         size = 2 * n
         y = torch.fft.irfft(torch.fft.rfft(u, size) * torch.fft.rfft(k, size)[:, None], size)[..., :n]
-        return self.finish(layer, x, y.transpose(2, 3))
+        return self.finish(x, y.transpose(2, 3))
 
-    def recurrent_mix(self, layer: int, x: torch.Tensor) -> torch.Tensor:
-        """The same layer as the recurrence x_l = exp(ΛΔ) x_{l-1} + B̄ u_l, y_l = Re(W x_l): slow, for tests."""
-        step, b_bar, w = self.discretised(layer)
+    def scan(self, x: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """x_l = exp(ΛΔ) x_{l-1} + B̄ u_l at every position, and y_l = Re(W x_l): (states, y [R, B, n, d])."""
+        step, b_bar, w = self.discretised()
         state = torch.zeros(*x.shape[:2], *step.shape[1:], dtype=step.dtype)
-        outs = []
+        states, outs = [], []
         for t in range(x.shape[2]):
             state = step[:, None] * state + b_bar[:, None] * x[:, :, t, :, None]
+            states.append(state)
             outs.append((w[:, None] * state).sum(-1).real)
-        return self.finish(layer, x, torch.stack(outs, dim=2))
+        return states, torch.stack(outs, dim=2)
+
+    def recurrent(self, x: torch.Tensor) -> torch.Tensor:
+        return self.finish(x, self.scan(x)[1])
+
+    def states(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.stack(self.scan(x)[0], dim=2)
+
+
+class DSS(SequenceStack):
+    """R runs of a stack of DSS layers."""
+
+    def build_layers(self, init: Init) -> None:
+        spec = self.spec
+        self.blocks = torch.nn.ModuleList(ResidualBlock("ssm", DiagonalSSM(spec, init), spec, init, mlp=spec.mlp)
+                                          for _ in range(spec.layers))
 
 
 DSSSpec.family = DSS

@@ -15,7 +15,8 @@ Why not call ``mambapy`` itself: its modules have no run axis, its parallel scan
 this CPU the scan below (a loop over positions, state [R, B, d_inner, d_state], computed step by step without
 materialising the [R, B, n, d_inner, d_state] tensors) measured 0.64 s against 3.2 s for ``mambapy``'s
 ``pscan`` (forward and backward, batch 64, length 200, d_inner 128, d_state 16, one thread). ``mamba-ssm``
-needs CUDA. State size: layers · d_inner · (d_state + d_conv − 1).
+needs CUDA. State size: layers · d_inner · (d_state + d_conv − 1); ``hook_state`` gives h_t next to the
+convolution's window of the last d_conv − 1 inputs, [R, B, n, d_inner, d_state + d_conv − 1].
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field
 
-from .base import TaskShapes, register
-from .recurrent import RecurrentSpec, SequenceStack, bias, per_run
+from .base import register
+from .components import Init, bias, per_run
+from .recurrent import Mixer, RecurrentSpec, ResidualBlock, SequenceStack
 
 
 @register
@@ -59,60 +61,83 @@ class MambaSpec(RecurrentSpec):
         return self.layers * self.d_inner * (self.d_state + self.d_conv - 1)
 
 
-class Mamba(SequenceStack):
-    """R runs of a stack of Mamba blocks."""
+class SelectiveSSM(Mixer):
+    """One Mamba mixer: input map, causal convolution, selective scan, gate, output map."""
 
-    norm = "rms"
-
-    def __init__(self, spec: MambaSpec, shapes: TaskShapes, n_runs: int, generators: list[torch.Generator]) -> None:
-        super().__init__(spec, shapes, n_runs, generators)
-
-    def _linear(self, fan_in: int, shape: list[int]) -> torch.Tensor:
-        bound = 1.0 / math.sqrt(fan_in)
-        return self.uniform(shape, -bound, bound)
-
-    def _init_mixer(self, layer: int) -> None:
-        s = self.spec
+    def __init__(self, spec: MambaSpec, init: Init) -> None:
+        super().__init__()
+        self.spec = s = spec
         d, e, n, k, rank = s.width, s.d_inner, s.d_state, s.d_conv, s.rank
-        p = f"blocks.{layer}.mixer"
-        self.add(f"{p}.W_in", self._linear(d, [d, 2 * e]))
-        self.add(f"{p}.conv_w", self._linear(k, [e, k]))
-        self.add(f"{p}.conv_b", self._linear(k, [e]))
-        self.add(f"{p}.W_x", self._linear(e, [e, rank + 2 * n]))
-        self.add(f"{p}.W_dt", self.uniform([rank, e], -(rank**-0.5), rank**-0.5))
-        dt = torch.exp(self.uniform([e], math.log(s.dt_min), math.log(s.dt_max))).clamp(min=1e-4)
-        self.add(f"{p}.b_dt", dt + torch.log(-torch.expm1(-dt)))  # inverse softplus
-        self.add(f"{p}.A_log", torch.log(torch.arange(1, n + 1, dtype=torch.float32)).repeat(self.n_runs, e, 1))
-        self.add(f"{p}.D", self.const([e], 1.0))
-        self.add(f"{p}.W_out", self._linear(e, [e, d]))
 
-    def prepare(self, layer: int, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        def linear(fan_in: int, shape: list[int]) -> torch.nn.Parameter:
+            bound = 1.0 / math.sqrt(fan_in)
+            return init.uniform(shape, -bound, bound)
+
+        self.W_in = linear(d, [d, 2 * e])
+        self.conv_w = linear(k, [e, k])
+        self.conv_b = linear(k, [e])
+        self.W_x = linear(e, [e, rank + 2 * n])
+        self.W_dt = init.uniform([rank, e], -(rank**-0.5), rank**-0.5)
+        dt = torch.exp(init.uniform([e], math.log(s.dt_min), math.log(s.dt_max)).detach()).clamp(min=1e-4)
+        self.b_dt = torch.nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # inverse softplus
+        self.A_log = torch.nn.Parameter(torch.log(torch.arange(1, n + 1, dtype=torch.float32)).repeat(init.runs, e, 1))
+        self.D = init.const([e], 1.0)
+        self.W_out = linear(e, [e, d])
+
+    def conv_input(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The convolution's input, padded with d_conv − 1 zeros in front, and z: [R, B, …, e]."""
+        xs, z = per_run(x, self.W_in).chunk(2, dim=-1)  # [R, B, n, e]
+        return F.pad(xs, (0, 0, self.spec.d_conv - 1, 0)), z
+
+    def prepare(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Everything before the scan: x (after conv and SiLU), z, Δ, B, C, A."""
-        s, p = self.spec, f"blocks.{layer}.mixer"
-        n = x.shape[2]
-        xs, z = per_run(x, self.param(f"{p}.W_in")).chunk(2, dim=-1)  # [R, B, n, e]
-        padded = F.pad(xs, (0, 0, s.d_conv - 1, 0))
-        w = self.param(f"{p}.conv_w")
-        conv = sum(padded[:, :, j : j + n] * w[:, None, None, :, j] for j in range(s.d_conv))
-        xs = F.silu(conv + bias(self.param(f"{p}.conv_b"), conv))
-        delta, b, c = per_run(xs, self.param(f"{p}.W_x")).split([s.rank, s.d_state, s.d_state], dim=-1)
-        delta = F.softplus(per_run(delta, self.param(f"{p}.W_dt")) + bias(self.param(f"{p}.b_dt"), xs))
-        return xs, z, delta, b, c, -torch.exp(self.param(f"{p}.A_log"))
+        s, n = self.spec, x.shape[2]
+        padded, z = self.conv_input(x)
+        conv = sum(padded[:, :, j : j + n] * self.conv_w[:, None, None, :, j] for j in range(s.d_conv))
+        xs = F.silu(conv + bias(self.conv_b, conv))
+        delta, b, c = per_run(xs, self.W_x).split([s.rank, s.d_state, s.d_state], dim=-1)
+        delta = F.softplus(per_run(delta, self.W_dt) + bias(self.b_dt, xs))
+        return xs, z, delta, b, c, -torch.exp(self.A_log)
 
-    def finish(self, layer: int, xs: torch.Tensor, z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        p = f"blocks.{layer}.mixer"
-        y = y + xs * bias(self.param(f"{p}.D"), xs)
-        return per_run(y * F.silu(z), self.param(f"{p}.W_out"))
+    def finish(self, xs: torch.Tensor, z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        y = y + xs * bias(self.D, xs)
+        return per_run(y * F.silu(z), self.W_out)
 
-    def mix(self, layer: int, x: torch.Tensor) -> torch.Tensor:
-        xs, z, delta, b, c, a = self.prepare(layer, x)
+    def scan(self, xs: torch.Tensor, delta: torch.Tensor, b: torch.Tensor, c: torch.Tensor, a: torch.Tensor,
+             keep: bool = False) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """y [R, B, n, e] of the selective recurrence, and h_t after every position when ``keep``."""
         a = a[:, None]  # [R, 1, e, N]
         h = xs.new_zeros(*xs.shape[:2], *a.shape[2:])
-        ys = []
+        ys, hs = [], []
         for dt, dx, bt, ct in zip(delta.unbind(2), (delta * xs).unbind(2), b.unbind(2), c.unbind(2), strict=True):
             h = torch.exp(dt[..., None] * a) * h + dx[..., None] * bt[:, :, None, :]
             ys.append((h * ct[:, :, None, :]).sum(-1))
-        return self.finish(layer, xs, z, torch.stack(ys, dim=2))
+            if keep:
+                hs.append(h)
+        return torch.stack(ys, dim=2), hs
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xs, z, delta, b, c, a = self.prepare(x)
+        return self.finish(xs, z, self.scan(xs, delta, b, c, a)[0])
+
+    def states(self, x: torch.Tensor) -> torch.Tensor:
+        xs, _, delta, b, c, a = self.prepare(x)
+        hs = torch.stack(self.scan(xs, delta, b, c, a, keep=True)[1], dim=2)  # [R, B, n, e, N]
+        if self.spec.d_conv == 1:
+            return hs
+        window = self.conv_input(x)[0].unfold(2, self.spec.d_conv - 1, 1)[:, :, 1:]  # inputs t−k+2 … t
+        return torch.cat([hs, window], dim=-1)
+
+
+class Mamba(SequenceStack):
+    """R runs of a stack of Mamba blocks."""
+
+    rms = True
+
+    def build_layers(self, init: Init) -> None:
+        spec = self.spec
+        self.blocks = torch.nn.ModuleList(ResidualBlock("mixer", SelectiveSSM(spec, init), spec, init, rms=True)
+                                          for _ in range(spec.layers))
 
 
 MambaSpec.family = Mamba

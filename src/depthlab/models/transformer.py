@@ -13,7 +13,10 @@ then a final LayerNorm and ``unembed.W_U``; the read-out is the last position. P
 Parameters carry a leading run axis and TransformerLens' names and shapes (``embed.W_E`` [d_vocab, d_model],
 ``blocks.{l}.attn.W_Q`` [heads, d_model, d_head], ``blocks.{l}.attn.W_O`` [heads, d_head, d_model],
 ``blocks.{l}.ln1.w``, ``blocks.{l}.mlp.W_in``, ``ln_final.w``, ``unembed.W_U`` …), so a run's state dict is
-a TransformerLens state dict up to the run index.
+a TransformerLens state dict up to the run index. So are its hook points: ``hook_embed``, ``hook_pos_embed``,
+``blocks.{l}.hook_resid_pre``, ``attn.hook_q/k/v`` ([R, B, pos, heads, d_head]; ``hook_rot_q/k`` after the
+rotation), ``attn.hook_attn_scores`` (scaled and masked), ``attn.hook_pattern``, ``attn.hook_z``,
+``hook_attn_out``, ``hook_resid_mid``, ``mlp.hook_pre``, ``mlp.hook_post``, ``hook_mlp_out``, ``hook_resid_post``.
 """
 
 from __future__ import annotations
@@ -22,19 +25,21 @@ import math
 from typing import ClassVar, Literal
 
 import torch
-import torch.nn.functional as F
 from pydantic import Field, model_validator
 
-from .base import (
-    ModelOutput,
-    ModelSpec,
-    Override,
-    RunStacked,
-    TaskShapes,
-    init_std_for,
-    override_pattern,
-    register,
+from .base import ModelSpec, RunModule, TaskShapes, init_std_for, register
+from .components import (
+    MLP,
+    Embed,
+    HeadProjections,
+    Init,
+    LayerNorm,
+    PosEmbed,
+    Unembed,
+    residual_out_std,
+    through_head_hook,
 )
+from .hooks import HookPoint
 
 
 @register
@@ -71,7 +76,7 @@ class TransformerSpec(ModelSpec):
         return self.d_head or self.width // self.heads
 
 
-def _sinusoidal(n: int, width: int) -> torch.Tensor:
+def sinusoidal_positions(n: int, width: int) -> torch.Tensor:
     position = torch.arange(n, dtype=torch.float32)[:, None]
     freq = torch.exp(torch.arange(0, width, 2, dtype=torch.float32) * (-math.log(10000.0) / width))
     table = torch.zeros(n, width)
@@ -80,139 +85,121 @@ def _sinusoidal(n: int, width: int) -> torch.Tensor:
     return table
 
 
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+def rotary_angles(n: int, d_head: int) -> torch.Tensor:
+    """θ_j·i for position i and pair j (θ_j = 10000^(−2j/d_head)): [n, d_head / 2]."""
+    return torch.arange(n)[:, None] * (10000.0 ** (-torch.arange(0, d_head, 2) / d_head))[None]
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotary position embedding on the last axis (pairs of halves, as GPT-NeoX)."""
     half = x.shape[-1] // 2
     x1, x2 = x[..., :half], x[..., half:]
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
 
 
-def _per_run(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """x [R, …, d] @ w [R, d, e] as one matrix product per run (not one per batch element)."""
-    return (x.reshape(x.shape[0], -1, x.shape[-1]) @ w).view(*x.shape[:-1], w.shape[-1])
+class Attention(HeadProjections):
+    """Multi-head softmax attention, causal or not, with rotary positions when asked."""
 
-
-class Transformer(RunStacked):
-    """R runs of the same GPT-2-style transformer, parameters stacked on a leading run axis."""
-
-    def __init__(self, spec: TransformerSpec, shapes: TaskShapes, n_runs: int,
-                 generators: list[torch.Generator]) -> None:
-        super().__init__(n_runs)
-        self.spec, self.shapes = spec, shapes
-        d, n, h, dh = spec.width, shapes.seq_len, spec.heads, spec.head_size
-        d_mlp = spec.d_mlp or 4 * d
-        d_tok = d - n if spec.positional == "onehot" else d
-        if d_tok < 1:
-            raise ValueError(f"model.width must exceed the sequence length ({n}) with one-hot positions")
-        self.d_tok = d_tok
-        self._generators = generators
-        out_std = spec.std / math.sqrt(2 * spec.layers)  # GPT-2's scaling of residual projections
-        self.add("embed.W_E", self._normal([shapes.vocab_size, d_tok]))
-        if spec.positional == "learned":
-            self.add("pos_embed.W_pos", self._normal([n, d]))
-        for layer in range(spec.layers):
-            p = f"blocks.{layer}"
-            self.add(f"{p}.ln1.w", self._const([d], 1.0))
-            self.add(f"{p}.ln1.b", self._const([d], 0.0))
-            for name in ("Q", "K", "V"):
-                self.add(f"{p}.attn.W_{name}", self._normal([h, d, dh]))
-                self.add(f"{p}.attn.b_{name}", self._const([h, dh], 0.0))
-            self.add(f"{p}.attn.W_O", self._normal([h, dh, d], out_std))
-            self.add(f"{p}.attn.b_O", self._const([d], 0.0))
-            if spec.mlp:
-                self.add(f"{p}.ln2.w", self._const([d], 1.0))
-                self.add(f"{p}.ln2.b", self._const([d], 0.0))
-                self.add(f"{p}.mlp.W_in", self._normal([d, d_mlp]))
-                self.add(f"{p}.mlp.b_in", self._const([d_mlp], 0.0))
-                self.add(f"{p}.mlp.W_out", self._normal([d_mlp, d], out_std))
-                self.add(f"{p}.mlp.b_out", self._const([d], 0.0))
-        self.add("ln_final.w", self._const([d], 1.0))
-        self.add("ln_final.b", self._const([d], 0.0))
-        self.add("unembed.W_U", self._normal([d, shapes.n_classes]))
-        self.add("unembed.b_U", self._const([shapes.n_classes], 0.0))
-        del self._generators
-        if spec.positional == "sinusoidal":
-            self.register_buffer("sinusoidal", _sinusoidal(n, d), persistent=False)
-        if spec.positional == "onehot":
-            self.register_buffer("onehot", torch.eye(n), persistent=False)
-        if spec.positional == "rotary":
-            angles = torch.arange(n)[:, None] * (10000.0 ** (-torch.arange(0, dh, 2) / dh))[None]
+    def __init__(self, spec: TransformerSpec, n: int, init: Init) -> None:
+        d, h, dh = spec.width, spec.heads, spec.head_size
+        super().__init__(d, h, dh, init)
+        self.add_output(d, h, dh, init, residual_out_std(spec.std, spec.layers))
+        self.causal, self.rotary = spec.causal, spec.positional == "rotary"
+        self.hook_attn_scores, self.hook_pattern = HookPoint(), HookPoint()
+        if self.rotary:
+            self.hook_rot_q, self.hook_rot_k = HookPoint(), HookPoint()
+            angles = rotary_angles(n, dh)
             self.register_buffer("rot_cos", angles.cos(), persistent=False)
             self.register_buffer("rot_sin", angles.sin(), persistent=False)
         self.register_buffer("causal_mask", torch.ones(n, n).triu(1).bool(), persistent=False)
 
-    def _normal(self, shape: list[int], std: float | None = None) -> torch.Tensor:
-        std = self.spec.std if std is None else std
-        return torch.stack([torch.randn(shape, generator=g) * std for g in self._generators])
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x [R, B, n, d] (normalised) -> the layer's output [R, B, n, d]."""
+        q, k, v = self.qkv(x)
+        n = x.shape[2]
+        if self.rotary:
+            cos, sin = self.rot_cos[:n], self.rot_sin[:n]
+            q = through_head_hook(self.hook_rot_q, rotate(q, cos, sin))
+            k = through_head_hook(self.hook_rot_k, rotate(k, cos, sin))
+        scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+        if self.causal:
+            scores = scores.masked_fill(self.causal_mask[:n, :n], float("-inf"))
+        pattern = self.hook_pattern(self.hook_attn_scores(scores).softmax(dim=-1))
+        return self.output(pattern @ v)
 
-    def _const(self, shape: list[int], value: float) -> torch.Tensor:
-        return torch.full([len(self._generators), *shape], value)
+
+class TransformerBlock(torch.nn.Module):
+    """x ← x + attn(LN(x)); x ← x + MLP(LN(x)) (pre-norm, GPT-2)."""
+
+    def __init__(self, spec: TransformerSpec, n: int, init: Init) -> None:
+        super().__init__()
+        d = spec.width
+        self.hook_resid_pre = HookPoint()
+        self.ln1 = LayerNorm(d, init)
+        self.attn = Attention(spec, n, init)
+        self.hook_attn_out, self.hook_resid_post = HookPoint(), HookPoint()
+        if spec.mlp:
+            self.hook_resid_mid, self.hook_mlp_out = HookPoint(), HookPoint()
+            self.ln2 = LayerNorm(d, init)
+            self.mlp = MLP(d, spec.d_mlp or 4 * d, init, residual_out_std(spec.std, spec.layers))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.hook_resid_pre(x)
+        x = x + self.hook_attn_out(self.attn(self.ln1(x)))
+        if hasattr(self, "mlp"):
+            x = self.hook_resid_mid(x)
+            x = x + self.hook_mlp_out(self.mlp(self.ln2(x)))
+        return self.hook_resid_post(x)
+
+
+class Transformer(RunModule):
+    """R runs of the same GPT-2-style transformer, parameters stacked on a leading run axis."""
+
+    def __init__(self, spec: TransformerSpec, shapes: TaskShapes, generators: list[torch.Generator]) -> None:
+        super().__init__(spec, shapes, len(generators))
+        d, n = spec.width, shapes.seq_len
+        self.d_tok = d - n if spec.positional == "onehot" else d
+        if self.d_tok < 1:
+            raise ValueError(f"model.width must exceed the sequence length ({n}) with one-hot positions")
+        self.causal = spec.causal
+        init = Init(generators, spec.std)
+        self.embed = Embed(shapes.vocab_size, self.d_tok, init)
+        if spec.positional == "learned":
+            self.pos_embed = PosEmbed(n, d, init)
+        self.hook_embed, self.hook_pos_embed = HookPoint(), HookPoint()
+        self.blocks = torch.nn.ModuleList(TransformerBlock(spec, n, init) for _ in range(spec.layers))
+        self.ln_final = LayerNorm(d, init)
+        self.unembed = Unembed(init.normal([d, shapes.n_classes]), init.const([shapes.n_classes], 0.0))
+        if spec.positional == "sinusoidal":
+            self.register_buffer("sinusoidal", sinusoidal_positions(n, d), persistent=False)
+        if spec.positional == "onehot":
+            self.register_buffer("onehot", torch.eye(n), persistent=False)
+        self.setup_hooks()
 
     @property
-    def layers(self) -> int:
-        return self.spec.layers
+    def heads_per_layer(self) -> list[int]:
+        return [self.spec.heads] * self.spec.layers
 
-    def _ln(self, x: torch.Tensor, name: str) -> torch.Tensor:
-        """LayerNorm with each run's own gain and bias (x is [R, …, d])."""
-        shape = (-1, *([1] * (x.dim() - 2)), x.shape[-1])
-        w, b = self.param(f"{name}.w").view(shape), self.param(f"{name}.b").view(shape)
-        return F.layer_norm(x, x.shape[-1:]) * w + b
-
-    def embed(self, inputs: torch.Tensor) -> torch.Tensor:
-        """Residual stream at layer 0: [R, B, n, d_model] from token ids [R, B, n] or vectors [R, B, n, d_in]."""
-        w_e = self.param("embed.W_E")
-        if inputs.is_floating_point():
-            x = _per_run(inputs.to(w_e.dtype), w_e)  # vector inputs: W_E is a projection [d_in, d_model]
-        else:
-            x = w_e[torch.arange(inputs.shape[0])[:, None, None], inputs]  # a gather per run
+    def residual_stream(self, inputs: torch.Tensor) -> torch.Tensor:
+        """The stream before block 0: [R, B, n, d_model] from token ids [R, B, n] or vectors [R, B, n, d_in]."""
+        x = self.hook_embed(self.embed(inputs))
         n = inputs.shape[2]
-        if self.spec.positional == "learned":
-            x = x + self.param("pos_embed.W_pos")[:, None, :n]
-        elif self.spec.positional == "sinusoidal":
-            x = x + self.sinusoidal[:n]
-        elif self.spec.positional == "onehot":
-            x = torch.cat([x, self.onehot[:n, : self.shapes.seq_len].expand(*x.shape[:2], n, -1)], dim=-1)
+        positional = self.spec.positional
+        if positional == "learned":
+            x = x + self.hook_pos_embed(self.pos_embed(n))
+        elif positional == "sinusoidal":
+            x = x + self.hook_pos_embed(self.sinusoidal[:n])
+        elif positional == "onehot":
+            onehot = self.onehot[:n, : self.shapes.seq_len].expand(*x.shape[:2], n, -1)
+            x = torch.cat([x, self.hook_pos_embed(onehot)], dim=-1)
         return x
 
-    def forward(self, inputs: torch.Tensor, capture: bool = False, override: Override | None = None,
-                read: torch.Tensor | None = None) -> ModelOutput:
+    def logits(self, inputs: torch.Tensor, read: torch.Tensor | None = None) -> torch.Tensor:
         """Logits [R, B, C] at the last position, or [R, B, P, C] at the positions ``read``."""
-        x = self.embed(inputs)
-        patterns = []
-        for layer in range(self.layers):
-            p = f"blocks.{layer}"
-            out, pattern = self.attend(layer, self._ln(x, f"{p}.ln1"), override)
-            if capture:
-                patterns.append(pattern)
-            x = x + out
-            if self.spec.mlp:
-                hidden = F.gelu(_per_run(self._ln(x, f"{p}.ln2"), self.param(f"{p}.mlp.W_in"))
-                                + self.param(f"{p}.mlp.b_in")[:, None, None])
-                x = x + _per_run(hidden, self.param(f"{p}.mlp.W_out")) + self.param(f"{p}.mlp.b_out")[:, None, None]
-        chosen = self._ln(x[:, :, -1] if read is None else x[:, :, read], "ln_final")
-        bias = self.param("unembed.b_U").view(-1, *([1] * (chosen.dim() - 2)), self.shapes.n_classes)
-        return ModelOutput(_per_run(chosen, self.param("unembed.W_U")) + bias, patterns)
-
-    def attend(self, layer: int, x: torch.Tensor, override: Override | None):
-        """Multi-head softmax attention of one layer: its output [R, B, n, d] and pattern [R, B, h, q, k]."""
-        p = f"blocks.{layer}.attn"
-        q, k, v = (torch.einsum("rbnd,rhde->rbhne", x, self.param(f"{p}.W_{s}"))
-                   + self.param(f"{p}.b_{s}")[:, None, :, None] for s in ("Q", "K", "V"))
-        n = x.shape[2]
-        if self.spec.positional == "rotary":
-            q, k = _rotate(q, self.rot_cos[:n], self.rot_sin[:n]), _rotate(k, self.rot_cos[:n], self.rot_sin[:n])
-        scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
-        if self.spec.causal:
-            scores = scores.masked_fill(self.causal_mask[:n, :n], float("-inf"))
-        pattern = scores.softmax(dim=-1)
-        if override:
-            pattern = pattern.clone()
-            for (o_layer, head), kind in override.items():
-                if o_layer == layer:
-                    pattern[:, :, head] = override_pattern(kind, pattern[:, :, head], self.spec.causal)
-        z = pattern @ v  # [R, B, h, n, d_head]
-        out = torch.einsum("rbhne,rhed->rbnd", z, self.param(f"{p}.W_O")) + self.param(f"{p}.b_O")[:, None, None]
-        return out, pattern
+        x = self.residual_stream(inputs)
+        for block in self.blocks:
+            x = block(x)
+        return self.unembed(self.ln_final(x[:, :, -1] if read is None else x[:, :, read]))
 
 
 TransformerSpec.family = Transformer

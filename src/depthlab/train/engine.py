@@ -27,7 +27,6 @@ import torch
 from safetensors.torch import save
 
 from ..config import RunConfig
-from ..constructions.seed001 import paper_first_layer
 from ..models import TaskShapes, build_model
 from ..store import Store, atomic_write_bytes
 from ..tasks import Batch, Task
@@ -44,11 +43,6 @@ PREFETCH_BYTES = 64 * 2**20  # sample the next chunk ahead only when a chunk is 
 EVAL_CHUNK = 8192  # at most this many examples per evaluation forward pass …
 EVAL_ELEMENTS = 2**27  # … and about this many activations (runs × examples × n × max(n, 64)): long sequences
 # with many runs would otherwise ask for tens of GB at once (attention scores grow with n²)
-
-
-def task_shapes(task: Task) -> TaskShapes:
-    """What a model needs to know about a task (vector tasks give their input width as the vocabulary)."""
-    return TaskShapes(task.input_dim or len(task.vocab), task.seq_len, task.n_outputs)
 
 
 def group_key(config: RunConfig) -> str:
@@ -208,15 +202,9 @@ class Group:
         first = configs[0][0]
         self.task, self.train, self.store, self.group_size = first.task, first.train, store, group_size
         task = self.task
-        shapes = task_shapes(task)
         self.read = read_tensor(task)
-        generators = [torch.Generator().manual_seed(c.seed) for c, _ in configs]
-        construction = paper_first_layer(task, first.model)
-        options = {"extra_width": construction.extra_width} if construction else {}
-        self.model = build_model(first.model, shapes, generators, **options)
-        if construction:
-            construction.apply(self.model)
-        self.names = list(self.model.tl_names.values())
+        self.model = build_model(first.model, TaskShapes.of(task), [c.seed for c, _ in configs])
+        self.names = [name for name, _ in self.model.named_parameters()]
         t = self.train
         self.opt = GroupOptimizer(list(self.model.parameters()), [c.train.lr for c, _ in configs], t.optimizer,
                                   t.momentum, t.weight_decay, t.betas, grad_clip=t.grad_clip,

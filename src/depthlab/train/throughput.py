@@ -22,9 +22,9 @@ from typing import Any
 import torch
 
 from ..config import RunConfig, parse_run
-from ..models import build_model
+from ..models import TaskShapes, build_model
 from ..store import Store
-from .engine import DataStream, Group, task_shapes
+from .engine import DataStream, Group
 from .objectives import per_run_loss
 
 
@@ -100,7 +100,7 @@ def _time(fn, min_seconds: float) -> tuple[int, float]:
 def plain_loop(config: RunConfig, min_seconds: float) -> float:
     """Examples per second of one run trained alone, written as a careful hand loop."""
     task = config.task
-    model = build_model(config.model, task_shapes(task), [torch.Generator().manual_seed(0)])
+    model = build_model(config.model, TaskShapes.of(task), [0])
     t = config.train
     opt = (torch.optim.SGD(model.parameters(), lr=t.lr) if t.optimizer == "sgd"
            else torch.optim.AdamW(model.parameters(), lr=t.lr, weight_decay=t.weight_decay))
