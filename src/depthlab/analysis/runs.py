@@ -44,9 +44,7 @@ class LoadedRun:
 
 def checkpoint_folder(store: Store, run_id: str) -> Any:
     """Where the engine keeps ``run_id``'s checkpoint (read only: creates nothing)."""
-    from ..store.sqlite import _check_id
-
-    return store.artifacts_root / _check_id(run_id)
+    return store.run_folder(run_id)
 
 
 def load_run(store: Store, run_id: str) -> LoadedRun:

@@ -1,23 +1,29 @@
-"""The embedded experiment store (SQLite + artifact folder); see :mod:`depthlab.store.sqlite`."""
+"""The embedded experiment store (SQLite + artifact folder): import everything from here.
 
-from depthlab.store.sqlite import (
-    SCHEMA_VERSION,
-    STATUSES,
-    Store,
-    StoreError,
-    atomic_write_bytes,
-    atomic_write_json,
-    default_store_path,
-    to_jsonable,
-)
+Modules, one job each: :mod:`.sqlite` the :class:`Store` (runs, metrics, artifacts, records);
+:mod:`.connection` opening the database for concurrent writers (WAL, busy timeout); :mod:`.schema` the
+tables and their version; :mod:`.layout` where files live under a store root; :mod:`.jsonable` the strict
+JSON rules (NaN/inf → null); :mod:`.files` atomic file writes; :mod:`.errors` :class:`StoreError`.
+The store imports only the standard library, numpy and :mod:`depthlab.errors`.
+"""
+
+from depthlab.store.errors import StoreError
+from depthlab.store.files import atomic_write_bytes, atomic_write_json
+from depthlab.store.jsonable import to_json, to_jsonable
+from depthlab.store.layout import artifacts_folder, database_path, default_store_path
+from depthlab.store.schema import SCHEMA_VERSION
+from depthlab.store.sqlite import STATUSES, Store
 
 __all__ = [
     "SCHEMA_VERSION",
     "STATUSES",
     "Store",
     "StoreError",
+    "artifacts_folder",
     "atomic_write_bytes",
     "atomic_write_json",
+    "database_path",
     "default_store_path",
+    "to_json",
     "to_jsonable",
 ]

@@ -1,227 +1,48 @@
 """The embedded experiment store: one SQLite database plus an artifact folder under a root directory.
 
-Layout of a store root::
+Layout of a store root (see :mod:`depthlab.store.layout`)::
 
-    <root>/depthlab.sqlite      runs, metrics and the artifact index (WAL mode)
+    <root>/depthlab.sqlite      runs, metrics, records and the artifact index (WAL mode)
     <root>/artifacts/<run_id>/  files written by a run (checkpoints, probes, plots)
 
 Several processes may write to one store at once (WAL journal, 30 s busy timeout, every write in an
-``IMMEDIATE`` transaction). A :class:`Store` opens its connection lazily per process, so a store object
-that crosses a ``fork`` (or is pickled to a spawned worker) opens a fresh connection there.
+``IMMEDIATE`` transaction; see :mod:`depthlab.store.connection`). A :class:`Store` opens its connection
+lazily per process, so a store object that crosses a ``fork`` (or is pickled to a spawned worker) opens a
+fresh connection there.
 
-Everything written as JSON goes through :func:`to_jsonable` and ``allow_nan=False``: NaN and ±inf become
-``null``, so a diverged run never produces invalid JSON. Metric values are stored as REAL; a NaN is
+Everything written as JSON goes through :func:`~depthlab.store.jsonable.to_json` (NaN and ±inf become
+``null``, so a diverged run never produces invalid JSON). Metric values are stored as REAL; a NaN is
 stored as NULL and read back as NaN.
-
-This module imports only the standard library, numpy and ``depthlab.errors``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import math
 import os
-import re
 import shutil
 import sqlite3
-import tempfile
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from depthlab.errors import UserError
-
-SCHEMA_VERSION = 1
-DB_NAME = "depthlab.sqlite"
-ARTIFACTS_DIR = "artifacts"
-ENV_VAR = "DEPTHLAB_STORE"
-DEFAULT_DIR = "depthlab-runs"
-BUSY_TIMEOUT_S = 30.0
+from depthlab.store.connection import open_database
+from depthlab.store.errors import StoreError
+from depthlab.store.jsonable import from_json, to_json
+from depthlab.store.layout import artifacts_folder, check_run_id, database_path, is_valid_run_id
 
 STATUSES = ("pending", "running", "done", "failed", "diverged", "interrupted")
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS runs (
-    id TEXT PRIMARY KEY,
-    task TEXT,
-    model TEXT,
-    config TEXT,
-    status TEXT,
-    step INTEGER,
-    created REAL,
-    updated REAL,
-    final TEXT,
-    error TEXT,
-    group_id TEXT,
-    tags TEXT
-);
-CREATE TABLE IF NOT EXISTS metrics (
-    run_id TEXT,
-    step INTEGER,
-    split TEXT,
-    name TEXT,
-    value REAL,
-    PRIMARY KEY (run_id, step, split, name)
-);
-CREATE INDEX IF NOT EXISTS metrics_run_id ON metrics(run_id);
-CREATE TABLE IF NOT EXISTS artifacts (
-    run_id TEXT,
-    kind TEXT,
-    name TEXT,
-    path TEXT,
-    meta TEXT,
-    created REAL,
-    PRIMARY KEY (run_id, kind, name)
-);
-CREATE TABLE IF NOT EXISTS records (
-    run_id TEXT,
-    key TEXT,
-    value TEXT,
-    created REAL,
-    PRIMARY KEY (run_id, key)
-);
-"""
-# Tables added after schema version 1 was first released, created on open where missing (additive: an
-# older depthlab ignores them, so the schema version stays 1).
-_ADDED_TABLES = {
-    "records": "CREATE TABLE IF NOT EXISTS records "
-    "(run_id TEXT, key TEXT, value TEXT, created REAL, PRIMARY KEY (run_id, key))",
-}
-
 _RUN_COLUMNS = "id, task, model, config, status, step, created, updated, final, error, group_id, tags"
-_SAFE_ID = re.compile(r"^[A-Za-z0-9_.\-]+$")
 _IN_CHUNK = 500  # ids per IN (...) clause, well below SQLite's variable limit
-
-
-class StoreError(UserError):
-    """A problem with the experiment store the user can fix (newer schema, not a store, unknown run)."""
-
-
-def default_store_path() -> Path:
-    """The store root when the caller names none: ``$DEPTHLAB_STORE`` if set, else ``./depthlab-runs``."""
-    env = os.environ.get(ENV_VAR, "").strip()
-    if env:
-        return Path(env).expanduser().absolute()
-    return Path(DEFAULT_DIR).absolute()
-
-
-# --------------------------------------------------------------------------------------------- JSON
-
-
-def to_jsonable(obj: Any) -> Any:
-    """``obj`` with NaN/±inf replaced by None, numpy scalars/arrays by Python values, tuples by lists."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if obj is None or isinstance(obj, str | bool | int):
-        return obj
-    if isinstance(obj, np.generic):
-        return to_jsonable(obj.item())
-    if isinstance(obj, np.ndarray):
-        return to_jsonable(obj.tolist())
-    if isinstance(obj, dict):
-        return {_json_key(k): to_jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [to_jsonable(v) for v in obj]
-    if isinstance(obj, os.PathLike):
-        return os.fspath(obj)
-    return obj  # let json.dumps raise on anything it cannot write
-
-
-def _json_key(key: Any) -> Any:
-    if isinstance(key, np.generic):
-        key = key.item()
-    if isinstance(key, float) and not math.isfinite(key):
-        return str(key)
-    return key
-
-
-def dumps(obj: Any, **kwargs: Any) -> str:
-    """Strict JSON (``allow_nan=False``) of ``to_jsonable(obj)``."""
-    return json.dumps(to_jsonable(obj), allow_nan=False, **kwargs)
-
-
-def _loads(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
-
-
-# ------------------------------------------------------------------------------------- atomic files
-
-
-def _current_umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-_UMASK = _current_umask()
-
-
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:  # e.g. Windows cannot open directories
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically: temp file in the same folder, fsync, ``os.replace``, fsync dir.
-
-    Readers see either the old file or the complete new one, never a partial file; on failure the temp
-    file is removed and the old file is left as it was.
-    """
-    path = Path(path)
-    folder = path.parent
-    folder.mkdir(parents=True, exist_ok=True)
-    try:
-        mode = path.stat().st_mode & 0o777
-    except FileNotFoundError:
-        mode = 0o666 & ~_UMASK
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        with contextlib.suppress(OSError):
-            os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(folder)
-
-
-def atomic_write_json(path: str | Path, obj: Any, indent: int | None = 2) -> None:
-    """Write ``obj`` as strict JSON (NaN/inf → null) to ``path`` atomically (:func:`atomic_write_bytes`)."""
-    text = dumps(obj, indent=indent)
-    atomic_write_bytes(path, (text + "\n").encode("utf-8"))
-
-
-# -------------------------------------------------------------------------------------------- store
 
 
 def _check_status(status: str) -> None:
     if status not in STATUSES:
         raise ValueError(f"unknown run status {status!r}; expected one of {', '.join(STATUSES)}")
-
-
-def _check_id(run_id: str) -> str:
-    if not isinstance(run_id, str) or not _SAFE_ID.match(run_id) or run_id in (".", ".."):
-        raise StoreError(f"invalid run id {run_id!r}: use letters, digits, '_', '-' and '.' only")
-    return run_id
 
 
 def _value(v: Any) -> float | None:
@@ -235,13 +56,7 @@ class Store:
     """An experiment store rooted at ``root`` (created if missing): runs, metrics and artifacts."""
 
     def __init__(self, root: str | Path) -> None:
-        self.root = Path(root).expanduser().absolute()
-        self.db_path = self.root / DB_NAME
-        self.artifacts_root = self.root / ARTIFACTS_DIR
-        self._conn_: sqlite3.Connection | None = None
-        self._pid: int | None = None
-        self._lock = threading.RLock()
-        self._stale: list[sqlite3.Connection] = []
+        self._attach(Path(root).expanduser().absolute())
         self._conn()  # open now: create the store, or refuse a newer schema, at construction
 
     # ---------------------------------------------------------------- connection handling
@@ -253,13 +68,17 @@ class Store:
         return {"root": self.root}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.root = state["root"]
-        self.db_path = self.root / DB_NAME
-        self.artifacts_root = self.root / ARTIFACTS_DIR
-        self._conn_ = None
-        self._pid = None
+        self._attach(state["root"])
+
+    def _attach(self, root: Path) -> None:
+        """Point this object at the store under ``root`` with no connection yet (opened on first use)."""
+        self.root = root
+        self.db_path = database_path(root)
+        self.artifacts_root = artifacts_folder(root)
+        self._conn_: sqlite3.Connection | None = None
+        self._pid: int | None = None
         self._lock = threading.RLock()
-        self._stale = []
+        self._stale: list[sqlite3.Connection] = []
 
     def __enter__(self) -> Store:
         return self
@@ -288,87 +107,10 @@ class Store:
             self._stale.append(self._conn_)
             self._conn_ = None
             self._lock = threading.RLock()
-        self._conn_ = self._open()
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._conn_ = open_database(self.db_path)
         self._pid = pid
         return self._conn_
-
-    def _open(self) -> sqlite3.Connection:
-        self.root.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(
-            self.db_path, timeout=BUSY_TIMEOUT_S, isolation_level="IMMEDIATE", check_same_thread=False
-        )
-        try:
-            conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-            try:
-                version = conn.execute("PRAGMA user_version").fetchone()[0]
-            except sqlite3.OperationalError:
-                raise
-            except sqlite3.DatabaseError as e:
-                raise StoreError(
-                    f"{self.db_path} is not a depthlab store ({e}); pass another --store path"
-                ) from None
-            self._check_version(version)
-            self._enable_wal(conn)
-            conn.execute("PRAGMA synchronous = NORMAL")
-            if version < SCHEMA_VERSION:
-                self._init_schema(conn)
-            else:
-                self._add_missing_tables(conn)
-        except BaseException:
-            conn.close()
-            raise
-        return conn
-
-    def _check_version(self, version: int) -> None:
-        if version > SCHEMA_VERSION:
-            raise StoreError(
-                f"store {self.db_path} has schema version {version}, newer than the {SCHEMA_VERSION} this "
-                f"depthlab knows: upgrade depthlab (pip install -U depthlab) or use another --store path"
-            )
-
-    @staticmethod
-    def _enable_wal(conn: sqlite3.Connection) -> None:
-        if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal":
-            return
-        deadline = time.monotonic() + BUSY_TIMEOUT_S
-        while True:  # switching to WAL needs a lock other openers may hold for a moment
-            try:
-                conn.execute("PRAGMA journal_mode = WAL").fetchone()
-                return
-            except sqlite3.OperationalError as e:
-                if "locked" not in str(e) or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-
-    def _init_schema(self, conn: sqlite3.Connection) -> None:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            self._check_version(version)
-            if version < SCHEMA_VERSION:
-                for statement in _SCHEMA.split(";"):
-                    if statement.strip():
-                        conn.execute(statement)
-                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-
-    @staticmethod
-    def _add_missing_tables(conn: sqlite3.Connection) -> None:
-        present = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        missing = [sql for name, sql in _ADDED_TABLES.items() if name not in present]
-        if not missing:
-            return
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            for sql in missing:
-                conn.execute(sql)
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
@@ -387,7 +129,7 @@ class Store:
     @staticmethod
     def run_id(config: dict) -> str:
         """Stable run id: first 16 hex chars of sha256 of the canonical JSON of ``config`` (seed included)."""
-        canonical = json.dumps(to_jsonable(config), sort_keys=True, separators=(",", ":"), allow_nan=False)
+        canonical = to_json(config, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
 
     def create_run(
@@ -408,7 +150,7 @@ class Store:
                     rid,
                     task,
                     model,
-                    dumps(config),
+                    to_json(config),
                     "pending",
                     0,
                     now,
@@ -416,7 +158,7 @@ class Store:
                     None,
                     None,
                     group_id,
-                    dumps(list(tags or [])),
+                    to_json(list(tags or [])),
                 ),
             )
         return rid
@@ -428,15 +170,15 @@ class Store:
             "id": rid,
             "task": task,
             "model": model,
-            "config": _loads(config),
+            "config": from_json(config),
             "status": status,
             "step": step,
             "created": created,
             "updated": updated,
-            "final": _loads(final),
+            "final": from_json(final),
             "error": error,
             "group_id": group_id,
-            "tags": _loads(tags) or [],
+            "tags": from_json(tags) or [],
         }
 
     def get_run(self, run_id: str) -> dict[str, Any] | None:
@@ -511,7 +253,7 @@ class Store:
     ) -> None:
         """Record the final metrics (NaN/inf → null) and the status in one transaction."""
         _check_status(status)
-        sets: dict[str, Any] = {"final": dumps(final), "status": status, "error": error}
+        sets: dict[str, Any] = {"final": to_json(final), "status": status, "error": error}
         if step is not None:
             sets["step"] = int(step)
         with self._write() as conn:
@@ -524,8 +266,8 @@ class Store:
             conn.execute("DELETE FROM artifacts WHERE run_id = ?", (run_id,))
             conn.execute("DELETE FROM records WHERE run_id = ?", (run_id,))
             conn.execute("DELETE FROM runs WHERE id = ?", (run_id,))
-        if _SAFE_ID.match(run_id) and run_id not in (".", ".."):
-            shutil.rmtree(self.artifacts_root / run_id, ignore_errors=True)
+        if is_valid_run_id(run_id):
+            shutil.rmtree(self.run_folder(run_id), ignore_errors=True)
 
     # --------------------------------------------------------------------------- metrics
 
@@ -570,9 +312,13 @@ class Store:
 
     # ------------------------------------------------------------------------- artifacts
 
+    def run_folder(self, run_id: str) -> Path:
+        """The folder ``<root>/artifacts/<run_id>`` of a run's artifact files (the id checked; creates nothing)."""
+        return self.artifacts_root / check_run_id(run_id)
+
     def artifact_path(self, run_id: str, kind: str, name: str) -> Path:
         """Absolute path ``<root>/artifacts/<run_id>/<name>`` for a run's artifact (parent folder created)."""
-        run_dir = self.artifacts_root / _check_id(run_id)
+        run_dir = self.run_folder(run_id)
         rel = Path(name)
         if not name or rel.is_absolute() or ".." in rel.parts:
             raise StoreError(f"invalid artifact name {name!r}: use a relative path without '..'")
@@ -588,7 +334,7 @@ class Store:
             conn.execute(
                 "INSERT OR REPLACE INTO artifacts (run_id, kind, name, path, meta, created) "
                 "VALUES (?, ?, ?, ?, ?, ?)",
-                (run_id, kind, name, rel, dumps(meta or {}), time.time()),
+                (run_id, kind, name, rel, to_json(meta or {}), time.time()),
             )
         return path
 
@@ -606,7 +352,7 @@ class Store:
                 "kind": r[1],
                 "name": r[2],
                 "path": self.root / r[3],
-                "meta": _loads(r[4]) or {},
+                "meta": from_json(r[4]) or {},
                 "created": r[5],
             }
             for r in rows
@@ -621,7 +367,7 @@ class Store:
     def put_records(self, run_id: str, items: dict[str, Any]) -> None:
         """Store every ``key: obj`` of ``items`` for ``run_id`` in one transaction (as :meth:`put_record`)."""
         now = time.time()
-        rows = [(run_id, str(key), dumps(obj), now) for key, obj in items.items()]
+        rows = [(run_id, str(key), to_json(obj), now) for key, obj in items.items()]
         if not rows:
             return
         with self._write() as conn:
@@ -632,4 +378,4 @@ class Store:
     def records(self, run_id: str) -> dict[str, Any]:
         """Every record of ``run_id`` as ``{key: obj}``, ordered by key (empty if there is none)."""
         rows = self._read("SELECT key, value FROM records WHERE run_id = ? ORDER BY key", (run_id,))
-        return {key: _loads(value) for key, value in rows}
+        return {key: from_json(value) for key, value in rows}

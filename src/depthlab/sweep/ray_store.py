@@ -9,8 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..store import Store
-from ..store.sqlite import ARTIFACTS_DIR
+from ..store import Store, artifacts_folder
 
 
 class StoreWriter:
@@ -34,19 +33,19 @@ class StoreWriter:
 class RemoteStore:
     """The store as a Ray worker sees it: calls go to the store writer; artifact files are written in place.
 
-    Offers every public method of :class:`~depthlab.store.Store`; ``artifact_path`` (where checkpoints go)
-    is computed locally, under the same root.
+    Offers every public method of :class:`~depthlab.store.Store`; ``run_folder`` and ``artifact_path`` (where
+    checkpoints go) are computed locally, under the same root.
     """
 
     run_id = staticmethod(Store.run_id)
+    # Store's own methods, run on this object: they use only artifacts_root (and each other).
+    run_folder = Store.run_folder
+    artifact_path = Store.artifact_path
 
     def __init__(self, root: str | Path, writer: Any) -> None:
         self.root = Path(root)
-        self.artifacts_root = self.root / ARTIFACTS_DIR
+        self.artifacts_root = artifacts_folder(self.root)
         self._writer = writer
-
-    def artifact_path(self, run_id: str, kind: str, name: str) -> Path:
-        return Store.artifact_path(self, run_id, kind, name)  # uses only artifacts_root
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
         if name.startswith("_") or not callable(getattr(Store, name, None)):

@@ -28,8 +28,7 @@ import torch
 from safetensors.torch import load, save
 
 from ..errors import UserError
-from ..store import atomic_write_bytes, atomic_write_json
-from ..store.sqlite import dumps
+from ..store import atomic_write_bytes, atomic_write_json, to_json
 
 WEIGHTS = "checkpoint.safetensors"
 SIDECAR = "checkpoint.json"
@@ -83,7 +82,7 @@ def save_checkpoint(folder: Path, tensors: dict[str, torch.Tensor], step: int, e
     folder.mkdir(parents=True, exist_ok=True)
     meta = {"format": FORMAT, "step": int(step), **extra}
     digest = tensor_digest(tensors)
-    data = save(tensors, metadata={"step": str(int(step)), _DIGEST_KEY: digest, _META_KEY: dumps(meta)})
+    data = save(tensors, metadata={"step": str(int(step)), _DIGEST_KEY: digest, _META_KEY: to_json(meta)})
     with deferred_interrupt():
         for pattern in _STALE:  # one writer per run folder: leftovers of a killed writer are safe to drop
             for stale in folder.glob(pattern):

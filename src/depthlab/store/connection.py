@@ -1,0 +1,46 @@
+"""Opening the store's SQLite database so that several processes can write to it at once.
+
+A connection waits up to :data:`BUSY_TIMEOUT_S` for a lock held by another process, runs in WAL mode (readers
+do not block the writer) with ``synchronous = NORMAL``, and begins every write as ``IMMEDIATE`` (it takes the
+write lock at ``BEGIN``, so two writers queue instead of failing with a deadlock later).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+
+from depthlab.store.schema import ensure_schema, read_version
+
+BUSY_TIMEOUT_S = 30.0
+
+
+def open_database(db_path: Path) -> sqlite3.Connection:
+    """A connection to the store database at ``db_path`` (created with the schema if new; its folder must
+    exist); a :class:`~depthlab.store.errors.StoreError` for a newer schema or a file that is not a store."""
+    conn = sqlite3.connect(db_path, timeout=BUSY_TIMEOUT_S, isolation_level="IMMEDIATE", check_same_thread=False)
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        version = read_version(conn, db_path)  # refuse a newer store before switching its journal mode
+        _enable_wal(conn)
+        conn.execute("PRAGMA synchronous = NORMAL")
+        ensure_schema(conn, db_path, version)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _enable_wal(conn: sqlite3.Connection) -> None:
+    if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal":
+        return
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:  # switching to WAL needs a lock other openers may hold for a moment
+        try:
+            conn.execute("PRAGMA journal_mode = WAL").fetchone()
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)

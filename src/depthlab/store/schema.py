@@ -1,0 +1,127 @@
+"""The store's tables and their version: created on first open, checked on every open.
+
+The version lives in SQLite's ``user_version``. A store with a newer version than :data:`SCHEMA_VERSION`
+is refused (an older depthlab must not write to it); tables added since version 1 was released are created
+where missing, additively, so the version stays 1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+from depthlab.store.errors import StoreError
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY,
+    task TEXT,
+    model TEXT,
+    config TEXT,
+    status TEXT,
+    step INTEGER,
+    created REAL,
+    updated REAL,
+    final TEXT,
+    error TEXT,
+    group_id TEXT,
+    tags TEXT
+);
+CREATE TABLE IF NOT EXISTS metrics (
+    run_id TEXT,
+    step INTEGER,
+    split TEXT,
+    name TEXT,
+    value REAL,
+    PRIMARY KEY (run_id, step, split, name)
+);
+CREATE INDEX IF NOT EXISTS metrics_run_id ON metrics(run_id);
+CREATE TABLE IF NOT EXISTS artifacts (
+    run_id TEXT,
+    kind TEXT,
+    name TEXT,
+    path TEXT,
+    meta TEXT,
+    created REAL,
+    PRIMARY KEY (run_id, kind, name)
+);
+CREATE TABLE IF NOT EXISTS records (
+    run_id TEXT,
+    key TEXT,
+    value TEXT,
+    created REAL,
+    PRIMARY KEY (run_id, key)
+);
+"""
+# Tables added after schema version 1 was first released, created on open where missing (additive: an
+# older depthlab ignores them, so the schema version stays 1).
+_ADDED_TABLES = {
+    "records": "CREATE TABLE IF NOT EXISTS records "
+    "(run_id TEXT, key TEXT, value TEXT, created REAL, PRIMARY KEY (run_id, key))",
+}
+
+
+def read_version(conn: sqlite3.Connection, db_path: Path) -> int:
+    """The schema version of the database behind ``conn`` (0 if new); a :class:`StoreError` if it is newer
+    than this depthlab's or the file is not an SQLite database."""
+    try:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+    except sqlite3.OperationalError:  # a lock or an I/O problem, not a foreign file: let it through
+        raise
+    except sqlite3.DatabaseError as e:
+        raise StoreError(f"{db_path} is not a depthlab store ({e}); pass another --store path") from None
+    _check_version(version, db_path)
+    return version
+
+
+def ensure_schema(conn: sqlite3.Connection, db_path: Path, version: int) -> None:
+    """Bring a database of schema ``version`` (from :func:`read_version`) to :data:`SCHEMA_VERSION`."""
+    if version < SCHEMA_VERSION:
+        _create_schema(conn, db_path)
+    else:
+        _add_missing_tables(conn)
+
+
+def _check_version(version: int, db_path: Path) -> None:
+    if version > SCHEMA_VERSION:
+        raise StoreError(
+            f"store {db_path} has schema version {version}, newer than the {SCHEMA_VERSION} this "
+            f"depthlab knows: upgrade depthlab (pip install -U depthlab) or use another --store path"
+        )
+
+
+@contextlib.contextmanager
+def _immediate_transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def _create_schema(conn: sqlite3.Connection, db_path: Path) -> None:
+    with _immediate_transaction(conn):
+        # Read the version again under the write lock: another process may have created the schema meanwhile.
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        _check_version(version, db_path)
+        if version < SCHEMA_VERSION:
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+
+def _add_missing_tables(conn: sqlite3.Connection) -> None:
+    present = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    missing = [sql for name, sql in _ADDED_TABLES.items() if name not in present]
+    if not missing:
+        return
+    with _immediate_transaction(conn):
+        for sql in missing:
+            conn.execute(sql)
