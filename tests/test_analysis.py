@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from depthlab.analysis.ablation import HeadPattern, ablate, capture, parse_ablation, score
 from depthlab.analysis.circuit import discover, parse_circuit, role_attention, validate
 from depthlab.analysis.emergence import emergence, first_crossing, save_history, settled_crossing
-from depthlab.analysis.runs import checkpoint_folder, load_run, sample_examples
+from depthlab.analysis.runs import load_run, sample_examples
 from depthlab.config import parse_run
 from depthlab.errors import UserError
 from depthlab.models import TaskShapes, build_model
@@ -176,7 +176,7 @@ def stored(tmp_path):
     store = Store(tmp_path / "store")
     config, model = constructed()
     run_id = store.create_run(config.to_dict(), config.task.name, config.model.name)
-    save_checkpoint(checkpoint_folder(store, run_id), model.run_state_dict(0), 40, {"run_id": run_id})
+    save_checkpoint(store.run_folder(run_id), model.run_state_dict(0), 40, {"run_id": run_id})
     store.finish_run(run_id, {"loss": 0.0, "steps": 40}, step=40)
     blank = {k: torch.zeros_like(v) for k, v in model.run_state_dict(0).items()}
     save_history(store, run_id, blank, 10)  # zero weights: uniform attention everywhere

@@ -9,7 +9,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from depthlab.analysis.runs import LoadedRun, checkpoint_folder
+from depthlab.analysis.runs import LoadedRun
 from depthlab.config import parse_run
 from depthlab.errors import UserError
 from depthlab.induction.export import transformerlens_export, write_export
@@ -103,7 +103,7 @@ def test_cli_export_and_induction_on_a_stored_run(tmp_path) -> None:
                {**TASK, "length": 24})  # the seed's length, as TransformerLens is measured
     store = Store(tmp_path / "store")
     run_id = store.create_run(run.config.to_dict(), "induction", "attention_only")
-    save_checkpoint(checkpoint_folder(store, run_id), run.model.run_state_dict(0), 5, {"run_id": run_id})
+    save_checkpoint(store.run_folder(run_id), run.model.run_state_dict(0), 5, {"run_id": run_id})
     cli = CliRunner()
     out = cli.invoke(app, ["export", run_id[:6], "--store", str(tmp_path / "store"), "--json"])
     assert out.exit_code == 0, out.output

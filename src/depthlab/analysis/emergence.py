@@ -42,7 +42,7 @@ from ..report.figures import STYLE, save_figure
 from ..store import Store
 from .ablation import capture, score
 from .circuit import Circuit, discover, path_attention, validate
-from .runs import LoadedRun, checkpoint_folder, load_run, sample_examples
+from .runs import LoadedRun, load_run, sample_examples
 
 PARTIAL_EXAMPLES = 4096  # fresh evaluation examples for partial losses measured on a checkpoint
 EMERGENCE_EXAMPLES = 32  # "using 32 input sequences" (seed 002 §9.1)
@@ -64,7 +64,7 @@ def history(store: Store, run_id: str) -> list[tuple[int, Path]]:
         m = _STEP.search(str(art["path"]))
         if m and Path(art["path"]).exists():
             found[int(m.group(1))] = Path(art["path"])
-    folder = checkpoint_folder(store, run_id) / HISTORY
+    folder = store.run_folder(run_id) / HISTORY
     if folder.is_dir():
         for path in folder.glob("step-*.safetensors"):
             found.setdefault(int(_STEP.search(path.name).group(1)), path)

@@ -42,11 +42,6 @@ class LoadedRun:
         return self.config.task
 
 
-def checkpoint_folder(store: Store, run_id: str) -> Any:
-    """Where the engine keeps ``run_id``'s checkpoint (read only: creates nothing)."""
-    return store.run_folder(run_id)
-
-
 def load_run(store: Store, run_id: str) -> LoadedRun:
     """Rebuild ``run_id``'s trained model from its config and checkpoint; UserError when that is impossible."""
     from ..config import parse_run
@@ -60,7 +55,7 @@ def load_run(store: Store, run_id: str) -> LoadedRun:
     except UserError as e:
         raise UserError(f"run {run_id}: its config does not load in this depthlab ({e})") from None
     try:
-        loaded = load_checkpoint(checkpoint_folder(store, run_id))
+        loaded = load_checkpoint(store.run_folder(run_id))
     except CheckpointError as e:
         raise UserError(f"run {run_id}: {e}") from None
     if loaded is None:
