@@ -186,9 +186,9 @@ class Transformer(RunModule):
         n = inputs.shape[2]
         positional = self.spec.positional
         if positional == "learned":
-            x = x + self.hook_pos_embed(self.pos_embed(n))
+            x = x + self.hook_pos_embed(self.pos_embed(n).expand_as(x))
         elif positional == "sinusoidal":
-            x = x + self.hook_pos_embed(self.sinusoidal[:n])
+            x = x + self.hook_pos_embed(self.sinusoidal[:n].expand_as(x))
         elif positional == "onehot":
             onehot = self.onehot[:n, : self.shapes.seq_len].expand(*x.shape[:2], n, -1)
             x = torch.cat([x, self.hook_pos_embed(onehot)], dim=-1)
