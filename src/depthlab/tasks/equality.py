@@ -36,13 +36,11 @@ from typing import ClassVar
 import numpy as np
 from pydantic import Field, model_validator
 
-from depthlab.tasks.base import Batch, Task, check_split, register
-from depthlab.tasks.seed003 import eval_size_or, fixed_eval_set
-
-SPLITS = ("train", "eval")
+from depthlab.tasks.base import Batch, check_split, register
+from depthlab.tasks.eval_sets import SPLITS, FixedEvalSet
 
 
-class _Equality(Task):
+class _Equality(FixedEvalSet):
     """What the three settings share: lengths, layout, padding."""
 
     N: int = Field(20, ge=2, description="evaluation length: |x| + |y| (even)")
@@ -78,6 +76,10 @@ class _Equality(Task):
     def seq_len(self) -> int:
         return self.N + 1
 
+    @property
+    def n_inputs(self) -> int:
+        return self.alphabet**self.N
+
     def lengths(self, n: int, rng: np.random.Generator, split: str) -> np.ndarray:
         """k per example: uniform over N/10, N/10 + 2, …, N for training; N for evaluation."""
         if split == "eval":
@@ -97,13 +99,6 @@ class _Equality(Task):
         out = np.where(in_x, np.take_along_axis(x, np.clip(i_x, 0, half - 1), 1), out)
         out = np.where(in_y, np.take_along_axis(y, np.clip(i_y, 0, half - 1), 1), out)
         return np.where(i_x == h, self.sep_id, out)
-
-    def dataset_size(self, split: str = "eval") -> int:
-        check_split(split, SPLITS)
-        return eval_size_or(self.eval_size, self.alphabet**self.N, split)
-
-    def enumerate(self, split: str = "eval") -> Batch | None:
-        return fixed_eval_set(self, split)
 
 
 class _Classification(_Equality):
