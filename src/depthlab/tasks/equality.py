@@ -31,7 +31,7 @@ lower ``eval_size``.
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from typing import Any
 
 import numpy as np
 from pydantic import Field, model_validator
@@ -40,14 +40,17 @@ from depthlab.tasks.base import Batch, check_split, register
 from depthlab.tasks.eval_sets import SPLITS, FixedEvalSet
 
 
+def alphabet_field(default: int, paper: str | None = None) -> Any:
+    """The field |Σ| of one setting: the paper's alphabet size as default, described as the paper does."""
+    return Field(default, ge=2, description=f"|Σ| without [sep] (the paper: {paper or default})")
+
+
 class _Equality(FixedEvalSet):
     """What the three settings share: lengths, layout, padding."""
 
     N: int = Field(20, ge=2, description="evaluation length: |x| + |y| (even)")
     alphabet: int = Field(2, ge=2, description="|Σ| without [sep]")
     eval_size: int = Field(5000, ge=1, description="evaluation examples (the paper: 5000 fresh examples)")
-
-    default_alphabet: ClassVar[int] = 2
 
     @model_validator(mode="after")
     def _check(self) -> _Equality:
@@ -135,7 +138,7 @@ class EqRandom(_Classification):
     section = "seed 003 App. H.2 (i)"
     summary = "string equality, negatives with a random second half (binary strings)"
 
-    alphabet: int = Field(2, ge=2, description="|Σ| without [sep] (the paper: binary)")
+    alphabet: int = alphabet_field(2, "binary")
 
     def second_half(self, x: np.ndarray, k: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         return rng.integers(0, self.alphabet, x.shape)
@@ -147,7 +150,7 @@ class EqOne(_Classification):
     section = "seed 003 App. H.2 (ii)"
     summary = "string equality, negatives differ from the first half in exactly one symbol"
 
-    alphabet: int = Field(1024, ge=2, description="|Σ| without [sep] (the paper: 1024)")
+    alphabet: int = alphabet_field(1024)
 
     def second_half(self, x: np.ndarray, k: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         n = x.shape[0]
@@ -167,7 +170,7 @@ class EqNCP(_Equality):
     loss = "bce"
     accuracy_over = "example"
 
-    alphabet: int = Field(1024, ge=2, description="|Σ| without [sep] (the paper: 1024)")
+    alphabet: int = alphabet_field(1024)
 
     @property
     def labels(self) -> list[str]:
