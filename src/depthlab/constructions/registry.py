@@ -37,6 +37,19 @@ class Construction:
     run: Callable[[dict[str, Any]], dict[str, Any]]
 
 
+CONSTRUCTIONS: dict[str, Construction] = {}
+
+
+def construction(name: str, theorem: str, source: str, summary: str, parameters: dict[str, Any]) -> Callable:
+    """Decorator: the function below is construction ``name``, with these parameter defaults (listed in file order)."""
+
+    def add(run: Callable[[dict[str, Any]], dict[str, Any]]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+        CONSTRUCTIONS[name] = Construction(name, theorem, source, summary, parameters, run)
+        return run
+
+    return add
+
+
 def make_task(name: str, **fields: Any):
     """A task from its fields; a ValueError from the task's validation becomes a UserError naming the field."""
     from pydantic import ValidationError
@@ -89,6 +102,9 @@ def _model_result(name: str, params: dict[str, Any], task, build: Callable) -> d
 
 # --- the entries ----------------------------------------------------------------------------------------
 
+@construction("seed001-memorization", "Theorem 1", "seed 001 §5.1, §12",
+              "1 layer, n heads, d' = max(nd, d+n): memorises N sequences with distinct labels",
+              {"N": 64, "n_words": 8, "length": 3, "data_seed": 0})
 def _memorization(p: dict[str, Any]) -> dict[str, Any]:
     from .seed001 import memorization_model
 
@@ -97,6 +113,9 @@ def _memorization(p: dict[str, Any]) -> dict[str, Any]:
     return _model_result("seed001-memorization", p, task, memorization_model)
 
 
+@construction("seed001-icqa", "Theorem 3", "seed 001 §5.2, §13.2",
+              "2 layers, 1 head, d' = d+n: copy–matching solves in-context QA",
+              {"k": 3, "n_q": 6, "n_a": 6, "examples": 20_000, "seed": 0})
 def _icqa(p: dict[str, Any]) -> dict[str, Any]:
     from .seed001 import icqa_model
 
@@ -104,6 +123,9 @@ def _icqa(p: dict[str, Any]) -> dict[str, Any]:
     return _model_result("seed001-icqa", p, task, icqa_model)
 
 
+@construction("seed001-template", "Theorem 5", "seed 001 §5.3, §14.2",
+              "2 layers, 1 head, d' = d+n+l: parse–mapping (ternary codes) solves template matching",
+              {"l": 4, "n_symbols": 8, "examples": 20_000, "seed": 0})
 def _template(p: dict[str, Any]) -> dict[str, Any]:
     from .seed001 import template_model
 
@@ -111,6 +133,9 @@ def _template(p: dict[str, Any]) -> dict[str, Any]:
     return _model_result("seed001-template", p, task, template_model)
 
 
+@construction("seed001-ictm", "Theorem 6", "seed 001 §5.4, §15",
+              "3 layers, heads [1, 1, 2l], d' = d+n+l+2: parsing–copying–matching solves IC-TM",
+              {"k": 2, "l": 3, "n_symbols": 3, "n_a": 3, "examples": 20_000, "seed": 0})
 def _ictm(p: dict[str, Any]) -> dict[str, Any]:
     from .seed001 import ictm_model
 
@@ -118,6 +143,10 @@ def _ictm(p: dict[str, Any]) -> dict[str, Any]:
     return _model_result("seed001-ictm", p, task, ictm_model)
 
 
+@construction("seed001-one-layer-bound", "Theorems 2 and 4 (Propositions 8 and 10)",
+              "seed 001 §11, §13.1, §14.1, §16",
+              "dependent sequences force o0 + o1 = o2 + o3 on every 1-layer model: accuracy ≤ 3/4 on the set",
+              {"task": "icqa", "k": 2, "n_q": 2, "n_a": 2, "l": 3, "n_symbols": 4, "per_kind": 4, "seed": 0})
 def _one_layer_bound(p: dict[str, Any]) -> dict[str, Any]:
     from .impossibility import SET_TASKS, certify_many, dependent_set
 
@@ -147,6 +176,9 @@ def _one_layer_bound(p: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+@construction("seed002-information-flow", "Theorem 1 (seed 002)", "seed 002 §5, Appendix B",
+              "information-flow simulator: least layers for the last position to hold x_D vs ⌈log3(2D)⌉",
+              {"D": 10, "N": 4, "seed": 0, "D_max": 0, "sequence": "builtin"})
 def _information_flow(p: dict[str, Any]) -> dict[str, Any]:
     from .seed002 import last_position_form, simulate, simulate_task
 
@@ -206,6 +238,9 @@ def _seed003_result(name: str, p: dict[str, Any], build, certify, exact, forward
     }
 
 
+@construction("seed003-index-lookup", "Theorem 1 (seed 003)", "seed 003 §3, Appendix B.3, C.2",
+              "1 softmax layer, width O(log N) via nearly orthogonal vectors (Lemma 2): index lookup",
+              {"N": 100, "k": 0, "n_symbols": 4, "eta": 0, "examples": 64, "seed": 0})
 def _index_lookup(p: dict[str, Any]) -> dict[str, Any]:
     from .seed003 import certify_index_lookup, index_lookup_model, run_index_lookup, smallest_index_lookup_width
 
@@ -218,6 +253,9 @@ def _index_lookup(p: dict[str, Any]) -> dict[str, Any]:
                            lambda cert: cert["min_margin"] > 0, run_index_lookup)
 
 
+@construction("seed003-equality", "Theorem 6 (seed 003)", "seed 003 §5.1, Appendix F.2",
+              "2 softmax layers with an MLP, width O(log N): equality of the two halves of N bits",
+              {"N": 64, "k": 0, "examples": 64, "seed": 0})
 def _equality(p: dict[str, Any]) -> dict[str, Any]:
     from .seed003 import certify_equality, equality_model, run_equality, smallest_equality_width
 
@@ -228,6 +266,9 @@ def _equality(p: dict[str, Any]) -> dict[str, Any]:
     return _seed003_result("seed003-equality", p, build, certify_equality, lambda cert: cert["exact"], run_equality)
 
 
+@construction("seed003-nearest-neighbor", "Theorem 7 (seed 003)", "seed 003 §5.2, Appendix G.2",
+              "2 softmax layers with a clamp MLP, width O(log N) at a fixed margin γ: nearest neighbour",
+              {"N": 4, "d": 16, "gamma": 0.5, "k": 0, "examples": 64, "seed": 0})
 def _nearest_neighbor(p: dict[str, Any]) -> dict[str, Any]:
     from .seed003_nn import (
         certify_nearest_neighbor,
@@ -245,6 +286,9 @@ def _nearest_neighbor(p: dict[str, Any]) -> dict[str, Any]:
                            lambda cert: cert["exact"], run_nearest_neighbor)
 
 
+@construction("seed003-nearest-neighbor-widths", "Theorem 7 (seed 003)", "seed 003 §5.2, Appendix G.2",
+              "smallest certified width of the nearest-neighbour construction against N (4 … N_max), fixed γ",
+              {"N_max": 64, "d": 8, "gamma": 0.9, "seed": 0})
 def _nearest_neighbor_widths(p: dict[str, Any]) -> dict[str, Any]:
     from .seed003_nn import nearest_neighbor_widths
 
@@ -261,6 +305,9 @@ def _nearest_neighbor_widths(p: dict[str, Any]) -> dict[str, Any]:
             "constructions": {"nearest_neighbor": table}, "seconds": round(time.perf_counter() - started, 3)}
 
 
+@construction("seed003-widths", "Theorems 1 and 6 (seed 003)", "seed 003 §3, §5.1",
+              "smallest exact width against N (10 … N_max) for each seed 003 construction, with log-fits",
+              {"N_max": 3000, "seed": 0})
 def _widths(p: dict[str, Any]) -> dict[str, Any]:
     from .seed003 import widths_table
 
@@ -274,51 +321,9 @@ def _widths(p: dict[str, Any]) -> dict[str, Any]:
             "seconds": round(time.perf_counter() - started, 3)}
 
 
-CONSTRUCTIONS: dict[str, Construction] = {
-    c.name: c
-    for c in [
-        Construction("seed001-memorization", "Theorem 1", "seed 001 §5.1, §12",
-                     "1 layer, n heads, d' = max(nd, d+n): memorises N sequences with distinct labels",
-                     {"N": 64, "n_words": 8, "length": 3, "data_seed": 0}, _memorization),
-        Construction("seed001-icqa", "Theorem 3", "seed 001 §5.2, §13.2",
-                     "2 layers, 1 head, d' = d+n: copy–matching solves in-context QA",
-                     {"k": 3, "n_q": 6, "n_a": 6, "examples": 20_000, "seed": 0}, _icqa),
-        Construction("seed001-template", "Theorem 5", "seed 001 §5.3, §14.2",
-                     "2 layers, 1 head, d' = d+n+l: parse–mapping (ternary codes) solves template matching",
-                     {"l": 4, "n_symbols": 8, "examples": 20_000, "seed": 0}, _template),
-        Construction("seed001-ictm", "Theorem 6", "seed 001 §5.4, §15",
-                     "3 layers, heads [1, 1, 2l], d' = d+n+l+2: parsing–copying–matching solves IC-TM",
-                     {"k": 2, "l": 3, "n_symbols": 3, "n_a": 3, "examples": 20_000, "seed": 0}, _ictm),
-        Construction("seed001-one-layer-bound", "Theorems 2 and 4 (Propositions 8 and 10)", "seed 001 §11, §13.1, "
-                     "§14.1, §16",
-                     "dependent sequences force o0 + o1 = o2 + o3 on every 1-layer model: accuracy ≤ 3/4 on the set",
-                     {"task": "icqa", "k": 2, "n_q": 2, "n_a": 2, "l": 3, "n_symbols": 4, "per_kind": 4, "seed": 0},
-                     _one_layer_bound),
-        Construction("seed002-information-flow", "Theorem 1 (seed 002)", "seed 002 §5, Appendix B",
-                     "information-flow simulator: least layers for the last position to hold x_D vs ⌈log3(2D)⌉",
-                     {"D": 10, "N": 4, "seed": 0, "D_max": 0, "sequence": "builtin"}, _information_flow),
-        Construction("seed003-index-lookup", "Theorem 1 (seed 003)", "seed 003 §3, Appendix B.3, C.2",
-                     "1 softmax layer, width O(log N) via nearly orthogonal vectors (Lemma 2): index lookup",
-                     {"N": 100, "k": 0, "n_symbols": 4, "eta": 0, "examples": 64, "seed": 0}, _index_lookup),
-        Construction("seed003-equality", "Theorem 6 (seed 003)", "seed 003 §5.1, Appendix F.2",
-                     "2 softmax layers with an MLP, width O(log N): equality of the two halves of N bits",
-                     {"N": 64, "k": 0, "examples": 64, "seed": 0}, _equality),
-        Construction("seed003-nearest-neighbor", "Theorem 7 (seed 003)", "seed 003 §5.2, Appendix G.2",
-                     "2 softmax layers with a clamp MLP, width O(log N) at a fixed margin γ: nearest neighbour",
-                     {"N": 4, "d": 16, "gamma": 0.5, "k": 0, "examples": 64, "seed": 0}, _nearest_neighbor),
-        Construction("seed003-nearest-neighbor-widths", "Theorem 7 (seed 003)", "seed 003 §5.2, Appendix G.2",
-                     "smallest certified width of the nearest-neighbour construction against N (4 … N_max), fixed γ",
-                     {"N_max": 64, "d": 8, "gamma": 0.9, "seed": 0}, _nearest_neighbor_widths),
-        Construction("seed003-widths", "Theorems 1 and 6 (seed 003)", "seed 003 §3, §5.1",
-                     "smallest exact width against N (10 … N_max) for each seed 003 construction, with log-fits",
-                     {"N_max": 3000, "seed": 0}, _widths),
-    ]
-}
-
-
 def listing() -> list[dict[str, Any]]:
     return [{"name": c.name, "theorem": c.theorem, "source": c.source, "summary": c.summary,
-             "parameters": dict(c.parameters)} for c in CONSTRUCTIONS.values()]
+              "parameters": dict(c.parameters)} for c in CONSTRUCTIONS.values()]
 
 
 def resolve(name: str, overrides: dict[str, Any]) -> dict[str, Any]:

@@ -343,37 +343,39 @@ def _numbers(chains: int) -> tuple[str, ...]:
     return tuple(str(v) for v in range(chains))
 
 
-def equations(rng: np.random.Generator, depth: int = DEFAULT_DEPTH, chains: int = DEFAULT_CHAINS) -> Prompt:
-    """F1: ``b = 2`` … ``e = b`` … ``What is the value of s?`` (A.1)."""
-    names = [letters(i) for i in range(chains * depth)]
+def _linked_chains(
+    rng: np.random.Generator, formulation: str, names: list[str], answers: tuple[str, ...], depth: int, first: str,
+    link: str,
+) -> tuple[str, str]:
+    """F1 and F2: chain k's first statement gives its level-0 name a distinct answer (``first``, e.g. ``b = 2``),
+    each later one names the level before (``link``, e.g. ``e = b``); then the question about one chain's last
+    name. Returns the text and that chain's answer."""
+    chains = len(answers)
     idx = _levels(rng, chains, depth, names)
     values = rng.permutation(chains)
     rows = []
     for k in range(chains):
-        row = [f"{names[idx[k][0]]} = {int(values[k])}"]
-        row += [f"{names[idx[k][level]]} = {names[idx[k][level - 1]]}" for level in range(1, depth)]
+        row = [first.format(names[idx[k][0]], answers[int(values[k])])]
+        row += [link.format(names[idx[k][level]], names[idx[k][level - 1]]) for level in range(1, depth)]
         rows.append(row)
     lines = _interleave(rng, rows)
     asked = int(rng.integers(chains))
-    lines.append(QUESTIONS["equations"].format(names[idx[asked][depth - 1]]))
-    return Prompt("equations", depth, "\n".join(lines), str(int(values[asked])), _numbers(chains))
+    lines.append(QUESTIONS[formulation].format(names[idx[asked][depth - 1]]))
+    return "\n".join(lines), answers[int(values[asked])]
+
+
+def equations(rng: np.random.Generator, depth: int = DEFAULT_DEPTH, chains: int = DEFAULT_CHAINS) -> Prompt:
+    """F1: ``b = 2`` … ``e = b`` … ``What is the value of s?`` (A.1)."""
+    names = [letters(i) for i in range(chains * depth)]
+    text, answer = _linked_chains(rng, "equations", names, _numbers(chains), depth, "{} = {}", "{} = {}")
+    return Prompt("equations", depth, text, answer, _numbers(chains))
 
 
 def lives_with(rng: np.random.Generator, depth: int = DEFAULT_DEPTH, chains: int = DEFAULT_CHAINS) -> Prompt:
     """F2: ``Charlie lives in Cairo`` … ``Henry lives with David`` … ``Where does Rose live?`` (A.2)."""
-    names = list(PEOPLE[: chains * depth])
-    idx = _levels(rng, chains, depth, names)
-    cities = CITIES[:chains]
-    where = rng.permutation(chains)
-    rows = []
-    for k in range(chains):
-        row = [f"{names[idx[k][0]]} lives in {cities[int(where[k])]}"]
-        row += [f"{names[idx[k][level]]} lives with {names[idx[k][level - 1]]}" for level in range(1, depth)]
-        rows.append(row)
-    lines = _interleave(rng, rows)
-    asked = int(rng.integers(chains))
-    lines.append(QUESTIONS["lives-with"].format(names[idx[asked][depth - 1]]))
-    return Prompt("lives-with", depth, "\n".join(lines), cities[int(where[asked])], tuple(sorted(cities)))
+    names, cities = list(PEOPLE[: chains * depth]), CITIES[:chains]
+    text, answer = _linked_chains(rng, "lives-with", names, cities, depth, "{} lives in {}", "{} lives with {}")
+    return Prompt("lives-with", depth, text, answer, tuple(sorted(cities)))
 
 
 def kingdoms(rng: np.random.Generator, chains: int = DEFAULT_CHAINS) -> Prompt:

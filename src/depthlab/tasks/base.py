@@ -127,6 +127,25 @@ class Task(BaseModel):
         return [self.vocab[t] for t in batch.inputs[i]], self.labels[int(batch.targets[i])]
 
 
+class SignedVocabulary(Task):
+    """A task written as in seed 001 Table 1: symbols a, b, … (ids 0..n-1), then the sign → (id n).
+
+    A subclass says how many symbols precede the sign (``n_symbol_tokens``).
+    """
+
+    @property
+    def n_symbol_tokens(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def sign_id(self) -> int:
+        return self.n_symbol_tokens
+
+    @property
+    def vocab(self) -> list[str]:
+        return [*letter_names(self.n_symbol_tokens), SIGN]
+
+
 TASKS: dict[str, type[Task]] = {}
 
 
@@ -177,6 +196,11 @@ def all_distinct_tuples(population: int, k: int) -> np.ndarray:
         keep = ~(grid == nxt).any(axis=1)
         rows = np.concatenate([grid, nxt], axis=1)[keep]
     return rows
+
+
+def product_indices(*sizes: int) -> tuple[np.ndarray, ...]:
+    """Index arrays of every combination of ``range(size)`` for each size, the last index fastest."""
+    return tuple(np.indices(sizes, dtype=np.int64).reshape(len(sizes), -1))
 
 
 def split_mask(codes: np.ndarray, eval_fraction: float, split_seed: int) -> np.ndarray:

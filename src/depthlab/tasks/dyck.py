@@ -29,8 +29,8 @@ from __future__ import annotations
 import numpy as np
 from pydantic import Field, model_validator
 
-from depthlab.tasks.base import Batch, Task, check_split, register
-from depthlab.tasks.seed003 import eval_size_or, fixed_eval_set
+from depthlab.tasks.base import Batch, check_split, register
+from depthlab.tasks.eval_sets import SPLITS, FixedEvalSet
 
 BRACKETS = ["(", ")", "[", "]", "{", "}", "<", ">"]
 
@@ -58,7 +58,7 @@ def is_dyck(strings: np.ndarray, n_types: int, depth: int) -> np.ndarray:
 
 
 @register
-class BoundedDyck(Task):
+class BoundedDyck(FixedEvalSet):
     name = "dyck"
     section = "seed 003 §4.1, App. H.1"
     summary = "bounded Dyck recognition: is the bracket string well matched with depth at most k?"
@@ -90,6 +90,10 @@ class BoundedDyck(Task):
     @property
     def chance(self) -> float:
         return 0.5
+
+    @property
+    def n_inputs(self) -> int:
+        return (2 * self.n_types) ** self.N
 
     def positives(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """H.1's positive generator, vectorised over examples (a loop over the N positions).
@@ -141,19 +145,12 @@ class BoundedDyck(Task):
         return out
 
     def sample(self, n: int, rng: np.random.Generator, split: str = "train") -> Batch:
-        check_split(split, ("train", "eval"))
+        check_split(split, SPLITS)
         labels = (rng.random(n) < 0.5).astype(np.int64)
         strings = self.positives(n, rng)
         negative = labels == 0
         strings[negative] = self.corrupt(strings[negative], rng)
         return Batch(strings, labels)
-
-    def dataset_size(self, split: str = "eval") -> int:
-        check_split(split, ("train", "eval"))
-        return eval_size_or(self.eval_size, (2 * self.n_types) ** self.N, split)
-
-    def enumerate(self, split: str = "eval") -> Batch | None:
-        return fixed_eval_set(self, split)
 
     def decode(self, batch: Batch, i: int) -> str:
         return "".join(self.vocab[t] for t in batch.inputs[i]) + " _" + self.labels[int(batch.targets[i])]

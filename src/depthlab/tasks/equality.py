@@ -31,25 +31,26 @@ lower ``eval_size``.
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from typing import Any
 
 import numpy as np
 from pydantic import Field, model_validator
 
-from depthlab.tasks.base import Batch, Task, check_split, register
-from depthlab.tasks.seed003 import eval_size_or, fixed_eval_set
-
-SPLITS = ("train", "eval")
+from depthlab.tasks.base import Batch, check_split, register
+from depthlab.tasks.eval_sets import SPLITS, FixedEvalSet
 
 
-class _Equality(Task):
+def alphabet_field(default: int, paper: str | None = None) -> Any:
+    """The field |Σ| of one setting: the paper's alphabet size as default, described as the paper does."""
+    return Field(default, ge=2, description=f"|Σ| without [sep] (the paper: {paper or default})")
+
+
+class _Equality(FixedEvalSet):
     """What the three settings share: lengths, layout, padding."""
 
     N: int = Field(20, ge=2, description="evaluation length: |x| + |y| (even)")
     alphabet: int = Field(2, ge=2, description="|Σ| without [sep]")
     eval_size: int = Field(5000, ge=1, description="evaluation examples (the paper: 5000 fresh examples)")
-
-    default_alphabet: ClassVar[int] = 2
 
     @model_validator(mode="after")
     def _check(self) -> _Equality:
@@ -78,6 +79,10 @@ class _Equality(Task):
     def seq_len(self) -> int:
         return self.N + 1
 
+    @property
+    def n_inputs(self) -> int:
+        return self.alphabet**self.N
+
     def lengths(self, n: int, rng: np.random.Generator, split: str) -> np.ndarray:
         """k per example: uniform over N/10, N/10 + 2, …, N for training; N for evaluation."""
         if split == "eval":
@@ -97,13 +102,6 @@ class _Equality(Task):
         out = np.where(in_x, np.take_along_axis(x, np.clip(i_x, 0, half - 1), 1), out)
         out = np.where(in_y, np.take_along_axis(y, np.clip(i_y, 0, half - 1), 1), out)
         return np.where(i_x == h, self.sep_id, out)
-
-    def dataset_size(self, split: str = "eval") -> int:
-        check_split(split, SPLITS)
-        return eval_size_or(self.eval_size, self.alphabet**self.N, split)
-
-    def enumerate(self, split: str = "eval") -> Batch | None:
-        return fixed_eval_set(self, split)
 
 
 class _Classification(_Equality):
@@ -140,7 +138,7 @@ class EqRandom(_Classification):
     section = "seed 003 App. H.2 (i)"
     summary = "string equality, negatives with a random second half (binary strings)"
 
-    alphabet: int = Field(2, ge=2, description="|Σ| without [sep] (the paper: binary)")
+    alphabet: int = alphabet_field(2, "binary")
 
     def second_half(self, x: np.ndarray, k: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         return rng.integers(0, self.alphabet, x.shape)
@@ -152,7 +150,7 @@ class EqOne(_Classification):
     section = "seed 003 App. H.2 (ii)"
     summary = "string equality, negatives differ from the first half in exactly one symbol"
 
-    alphabet: int = Field(1024, ge=2, description="|Σ| without [sep] (the paper: 1024)")
+    alphabet: int = alphabet_field(1024)
 
     def second_half(self, x: np.ndarray, k: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         n = x.shape[0]
@@ -172,7 +170,7 @@ class EqNCP(_Equality):
     loss = "bce"
     accuracy_over = "example"
 
-    alphabet: int = Field(1024, ge=2, description="|Σ| without [sep] (the paper: 1024)")
+    alphabet: int = alphabet_field(1024)
 
     @property
     def labels(self) -> list[str]:

@@ -24,23 +24,21 @@ from pydantic import model_validator
 
 from depthlab.tasks.base import (
     ENUMERATE_LIMIT,
-    SIGN,
     Batch,
-    Task,
     all_distinct_tuples,
     check_split,
     falling_factorial,
-    letter_names,
-    number_names,
+    product_indices,
     register,
     sample_distinct,
 )
+from depthlab.tasks.context_qa import ContextQA
 
 SPLITS = ("train", "eval", "all")
 
 
 @register
-class InContextQA(Task):
+class InContextQA(ContextQA):
     name = "icqa"
     section = "seed 001 §4.2"
     summary = "in-context question answering: retrieve the answer paired with the query question"
@@ -52,53 +50,28 @@ class InContextQA(Task):
 
     @model_validator(mode="after")
     def _check(self) -> InContextQA:
-        if self.k < 1:
-            raise ValueError(f"k must be at least 1 (one question-answer pair in the context), got {self.k}")
+        self.check_context_size()
         if self.n_q < 1 or self.n_a < 1:
             raise ValueError(f"n_q and n_a must be at least 1, got n_q={self.n_q}, n_a={self.n_a}")
         if self.k > self.n_q:
             raise ValueError(f"k must be at most n_q ({self.n_q}): there are only n_q distinct questions")
-        if self.k > self.n_a:
-            raise ValueError(f"k must be at most n_a ({self.n_a}): there are only n_a distinct answers")
+        self.check_enough_answers()
         return self
 
     # --- shapes -------------------------------------------------------------------------------------
     @property
-    def sign_id(self) -> int:
+    def n_symbol_tokens(self) -> int:
         return self.n_q
-
-    @property
-    def answer_offset(self) -> int:
-        return self.n_q + 1
-
-    @property
-    def vocab(self) -> list[str]:
-        return [*letter_names(self.n_q), SIGN, *number_names(self.n_a)]
-
-    @property
-    def labels(self) -> list[str]:
-        return self.vocab
 
     @property
     def seq_len(self) -> int:
         return 3 * self.k + 2
 
-    @property
-    def chance(self) -> float:
-        return 1.0 / self.k
-
     # --- data ---------------------------------------------------------------------------------------
     def _build(self, questions: np.ndarray, answers: np.ndarray, c: np.ndarray) -> Batch:
-        b, k = questions.shape
-        inputs = np.empty((b, self.seq_len), dtype=np.int64)
-        inputs[:, 0 : 3 * k : 3] = questions
-        inputs[:, 1 : 3 * k : 3] = self.sign_id
-        inputs[:, 2 : 3 * k : 3] = answers + self.answer_offset
-        rows = np.arange(b)
-        inputs[:, 3 * k] = questions[rows, c]
-        inputs[:, 3 * k + 1] = self.sign_id
-        targets = answers[rows, c] + self.answer_offset
-        return Batch(inputs, targets.astype(np.int64), {"c": c.astype(np.int64)})
+        """questions [B, k] question ids, answers [B, k] answer indices, c [B] the queried pair."""
+        query = questions[np.arange(len(c)), c]
+        return self.qa_batch(questions[:, :, None], answers, query[:, None], c)
 
     def sample(self, n: int, rng: np.random.Generator, split: str = "train") -> Batch:
         check_split(split, SPLITS)
@@ -117,8 +90,5 @@ class InContextQA(Task):
             return None
         qs = all_distinct_tuples(self.n_q, self.k)
         ans = all_distinct_tuples(self.n_a, self.k)
-        n_q, n_a, k = qs.shape[0], ans.shape[0], self.k
-        qi = np.repeat(np.arange(n_q), n_a * k)
-        ai = np.tile(np.repeat(np.arange(n_a), k), n_q)
-        c = np.tile(np.arange(k), n_q * n_a)
+        qi, ai, c = product_indices(qs.shape[0], ans.shape[0], self.k)
         return self._build(qs[qi], ans[ai], c)

@@ -30,36 +30,25 @@ Choices (the text leaves them open):
 
 from __future__ import annotations
 
-from functools import cached_property
-
 import numpy as np
 from pydantic import model_validator
 
 from depthlab.tasks.base import (
     ENUMERATE_LIMIT,
-    SIGN,
     Batch,
-    Task,
     all_distinct_tuples,
     check_split,
     falling_factorial,
-    letter_names,
-    number_names,
+    product_indices,
     register,
     sample_distinct,
 )
-from depthlab.tasks.templates_common import (
-    SPLITS,
-    TemplateSpace,
-    expand,
-    ordered_product_sum,
-    resolve_templates,
-    template_string,
-)
+from depthlab.tasks.context_qa import ContextQA
+from depthlab.tasks.templates_common import SPLITS, TemplateTask, expand, ordered_product_sum
 
 
 @register
-class InContextTemplateMatching(Task):
+class InContextTemplateMatching(ContextQA, TemplateTask):
     name = "ictm"
     section = "seed 001 §4.4"
     summary = "in-context template matching: the answer whose question has the query's template"
@@ -76,20 +65,9 @@ class InContextTemplateMatching(Task):
 
     @model_validator(mode="after")
     def _check(self) -> InContextTemplateMatching:
-        if self.k < 1:
-            raise ValueError(f"k must be at least 1 (one question-answer pair in the context), got {self.k}")
-        if self.l < 1:
-            raise ValueError(f"l must be at least 1 (template length 0 is impossible), got {self.l}")
-        if self.n_symbols < 1:
-            raise ValueError(f"n_symbols must be at least 1, got {self.n_symbols}")
-        if self.n_wildcards is not None and self.n_wildcards < 1:
-            raise ValueError(f"n_wildcards must be at least 1 (or None: l), got {self.n_wildcards}")
-        if not 0.0 <= self.eval_fraction < 1.0:
-            raise ValueError(
-                f"eval_fraction must be in [0, 1) (0: no held-out split), got {self.eval_fraction}"
-            )
-        if self.k > self.n_a:
-            raise ValueError(f"k must be at most n_a ({self.n_a}): there are only n_a distinct answers")
+        self.check_context_size()
+        self.check_template_fields()
+        self.check_enough_answers()
         n_templates = self.template_rows.shape[0]
         if self.k > n_templates:
             raise ValueError(
@@ -99,64 +77,16 @@ class InContextTemplateMatching(Task):
         self.space.check_splits(min_per_split=2)
         return self
 
-    # --- templates ----------------------------------------------------------------------------------
-    @cached_property
-    def template_rows(self) -> np.ndarray:
-        """Canonical templates [T, l] (restricted-growth form)."""
-        return resolve_templates(self.l, self.n_symbols, self.n_wildcards, self.templates)
-
-    @cached_property
-    def space(self) -> TemplateSpace:
-        return TemplateSpace(self.template_rows, self.n_symbols, self.eval_fraction, self.split_seed)
-
-    @property
-    def template_strings(self) -> list[str]:
-        return [template_string(r) for r in self.template_rows]
-
     # --- shapes -------------------------------------------------------------------------------------
     @property
-    def sign_id(self) -> int:
+    def n_symbol_tokens(self) -> int:
         return self.n_symbols
-
-    @property
-    def answer_offset(self) -> int:
-        return self.n_symbols + 1
-
-    @property
-    def vocab(self) -> list[str]:
-        return [*letter_names(self.n_symbols), SIGN, *number_names(self.n_a)]
-
-    @property
-    def labels(self) -> list[str]:
-        return self.vocab
 
     @property
     def seq_len(self) -> int:
         return self.k * (self.l + 2) + self.l + 1
 
-    @property
-    def chance(self) -> float:
-        return 1.0 / self.k
-
     # --- data ---------------------------------------------------------------------------------------
-    def _build(
-        self, questions: np.ndarray, query: np.ndarray, answers: np.ndarray, c: np.ndarray, tmpl: np.ndarray
-    ) -> Batch:
-        """questions [B, k, l], query [B, l], answers [B, k] (answer indices), c [B], tmpl [B, k]."""
-        b, k, l = questions.shape
-        blocks = np.concatenate(
-            [
-                questions,
-                np.full((b, k, 1), self.sign_id, dtype=np.int64),
-                (answers + self.answer_offset)[:, :, None],
-            ],
-            axis=2,
-        ).reshape(b, k * (l + 2))
-        inputs = np.concatenate([blocks, query, np.full((b, 1), self.sign_id, dtype=np.int64)], axis=1)
-        targets = answers[np.arange(b), c] + self.answer_offset
-        meta = {"c": c.astype(np.int64), "templates": tmpl.astype(np.int64)}
-        return Batch(inputs.astype(np.int64), targets.astype(np.int64), meta)
-
     def sample(self, n: int, rng: np.random.Generator, split: str = "train") -> Batch:
         check_split(split, SPLITS)
         tmpl = sample_distinct(rng, n, self.template_rows.shape[0], self.k)
@@ -165,10 +95,7 @@ class InContextTemplateMatching(Task):
         questions = np.stack([self.space.sample(rng, tmpl[:, i], split) for i in range(self.k)], axis=1)
         rows = np.arange(n)
         query = self.space.sample(rng, tmpl[rows, c], split, exclude=questions[rows, c])
-        return self._build(questions, query, answers, c, tmpl)
-
-    def split_counts_exact(self, split: str = "eval") -> bool:
-        return self.space.split_counts(check_split(split, SPLITS))[1]
+        return self.qa_batch(questions, answers, query, c, templates=tmpl)
 
     def dataset_size(self, split: str = "eval") -> int:
         counts = self.space.split_counts(check_split(split, SPLITS))[0]
@@ -193,8 +120,7 @@ class InContextTemplateMatching(Task):
             ctx[:, i] = start[perms[pi, i]] + local % radix
             local = local // radix
         # queried pair c, then a query sequence of the same template other than context question c's
-        qi = np.repeat(np.arange(pi.shape[0]), k)
-        c = np.tile(np.arange(k), pi.shape[0])
+        qi, c = product_indices(pi.shape[0], k)
         tc = perms[pi[qi], c]
         parent, m = expand(s[tc] - 1)
         excluded = ctx[qi[parent], c[parent]] - start[tc[parent]]
@@ -203,7 +129,6 @@ class InContextTemplateMatching(Task):
         c = c[parent]
         # answers: every ordered selection, fastest
         ans = all_distinct_tuples(self.n_a, k)
-        ri = np.repeat(np.arange(row.shape[0]), ans.shape[0])
-        ai = np.tile(np.arange(ans.shape[0]), row.shape[0])
+        ri, ai = product_indices(row.shape[0], ans.shape[0])
         questions = seqs[ctx[row[ri]]]
-        return self._build(questions, seqs[query[ri]], ans[ai], c[ri], perms[pi[row[ri]]])
+        return self.qa_batch(questions, ans[ai], seqs[query[ri]], c[ri], templates=perms[pi[row[ri]]])

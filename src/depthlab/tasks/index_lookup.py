@@ -19,7 +19,7 @@ padding): then s_p sits at position N − k + p, which a 1-layer transformer can
 Models mask nothing: a pad is an ordinary token. Evaluation strings have k = N, hence no pads.
 
 The evaluation split is a fixed set of ``eval_size`` strings drawn from a fixed seed (the paper evaluates on
-5000 fresh examples), so every run of a study is scored on the same examples (see ``tasks.seed003``).
+5000 fresh examples), so every run of a study is scored on the same examples (see ``tasks.eval_sets``).
 """
 
 from __future__ import annotations
@@ -29,14 +29,12 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from depthlab.tasks.base import Batch, Task, check_split, letter_names, register
-from depthlab.tasks.seed003 import eval_size_or, fixed_eval_set
-
-SPLITS = ("train", "eval")
+from depthlab.tasks.base import Batch, check_split, letter_names, register
+from depthlab.tasks.eval_sets import SPLITS, FixedEvalSet
 
 
 @register
-class IndexLookup(Task):
+class IndexLookup(FixedEvalSet):
     name = "index_lookup"
     section = "seed 003 §3, App. H.1"
     summary = "index lookup: output the symbol at the position named by the last token"
@@ -78,6 +76,10 @@ class IndexLookup(Task):
     def chance(self) -> float:
         return 1.0 / self.alphabet
 
+    @property
+    def n_inputs(self) -> int:
+        return self.N * self.alphabet**self.N
+
     def sample(self, n: int, rng: np.random.Generator, split: str = "train") -> Batch:
         check_split(split, SPLITS)
         big_n = self.N
@@ -94,13 +96,3 @@ class IndexLookup(Task):
             inputs[:, :big_n] = np.where(shift >= 0, np.take_along_axis(symbols, np.clip(shift, 0, None), 1),
                                          self.pad_id)
         return Batch(inputs, targets.astype(np.int64), {"k": k.astype(np.int64), "p": p})
-
-    def dataset_size(self, split: str = "eval") -> int:
-        check_split(split, SPLITS)
-        return eval_size_or(self.eval_size, self.N * self.alphabet**self.N, split)
-
-    def enumerate(self, split: str = "eval") -> Batch | None:
-        return fixed_eval_set(self, split)
-
-    def decode(self, batch: Batch, i: int) -> str:
-        return " ".join(self.vocab[t] for t in batch.inputs[i]) + " _" + self.labels[int(batch.targets[i])]

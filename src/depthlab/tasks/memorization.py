@@ -23,22 +23,13 @@ from functools import cached_property
 import numpy as np
 from pydantic import model_validator
 
-from depthlab.tasks.base import (
-    ENUMERATE_LIMIT,
-    SIGN,
-    Batch,
-    Task,
-    check_split,
-    letter_names,
-    number_names,
-    register,
-)
+from depthlab.tasks.base import ENUMERATE_LIMIT, Batch, SignedVocabulary, check_split, number_names, register
 
 SPLITS = ("train", "eval", "all")
 
 
 @register
-class Memorization(Task):
+class Memorization(SignedVocabulary):
     name = "memorization"
     section = "seed 001 §4.1"
     summary = "sequence classification: N distinct random sequences, each with its own label"
@@ -71,12 +62,8 @@ class Memorization(Task):
 
     # --- shapes -------------------------------------------------------------------------------------
     @property
-    def sign_id(self) -> int:
+    def n_symbol_tokens(self) -> int:
         return self.n_words
-
-    @property
-    def vocab(self) -> list[str]:
-        return [*letter_names(self.n_words), SIGN]
 
     @property
     def labels(self) -> list[str]:

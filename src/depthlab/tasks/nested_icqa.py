@@ -36,22 +36,22 @@ from pydantic import model_validator
 
 from depthlab.tasks.base import (
     ENUMERATE_LIMIT,
-    SIGN,
     Batch,
-    Task,
+    SignedVocabulary,
     all_distinct_tuples,
     check_split,
     falling_factorial,
-    letter_names,
+    product_indices,
     register,
     sample_distinct,
 )
+from depthlab.tasks.context_qa import qa_sequence
 
 SPLITS = ("train", "eval", "all")
 
 
 @register
-class NestedICQA(Task):
+class NestedICQA(SignedVocabulary):
     name = "nested_icqa"
     section = "seed 001 §7"
     summary = "nested in-context QA: follow `hops` links from the query symbol to the end of its chain"
@@ -78,16 +78,12 @@ class NestedICQA(Task):
 
     # --- shapes -------------------------------------------------------------------------------------
     @property
-    def sign_id(self) -> int:
+    def n_symbol_tokens(self) -> int:
         return self.n_symbols
 
     @property
     def n_links(self) -> int:
         return self.k * self.hops
-
-    @property
-    def vocab(self) -> list[str]:
-        return [*letter_names(self.n_symbols), SIGN]
 
     @property
     def labels(self) -> list[str]:
@@ -111,14 +107,9 @@ class NestedICQA(Task):
         b = chains.shape[0]
         src = chains[:, :, :-1].reshape(b, -1)  # link i*hops + j: chains[i, j] -> chains[i, j+1]
         dst = chains[:, :, 1:].reshape(b, -1)
-        m = self.n_links
-        inputs = np.empty((b, self.seq_len), dtype=np.int64)
-        inputs[:, 0 : 3 * m : 3] = np.take_along_axis(src, order, axis=1)
-        inputs[:, 1 : 3 * m : 3] = self.sign_id
-        inputs[:, 2 : 3 * m : 3] = np.take_along_axis(dst, order, axis=1)
         rows = np.arange(b)
-        inputs[:, 3 * m] = chains[rows, c, 0]
-        inputs[:, 3 * m + 1] = self.sign_id
+        link_from, link_to = np.take_along_axis(src, order, axis=1), np.take_along_axis(dst, order, axis=1)
+        inputs = qa_sequence(link_from[:, :, None], link_to, chains[rows, c, 0][:, None], self.sign_id)
         return Batch(inputs, chains[rows, c, -1].astype(np.int64), {"c": c.astype(np.int64)})
 
     def sample(self, n: int, rng: np.random.Generator, split: str = "train") -> Batch:
@@ -150,8 +141,5 @@ class NestedICQA(Task):
             orders = all_distinct_tuples(self.n_links, self.n_links)
         else:
             orders = self._fixed_order()[None, :]
-        n_ch, n_or, k = chains.shape[0], orders.shape[0], self.k
-        ci = np.repeat(np.arange(n_ch), n_or * k)
-        oi = np.tile(np.repeat(np.arange(n_or), k), n_ch)
-        c = np.tile(np.arange(k), n_ch * n_or)
+        ci, oi, c = product_indices(chains.shape[0], orders.shape[0], self.k)
         return self._build(chains[ci], orders[oi], c)

@@ -52,6 +52,7 @@ from depthlab.tasks.base import (
     check_split,
     falling_factorial,
     letter_names,
+    product_indices,
     register,
     sample_distinct,
 )
@@ -356,10 +357,7 @@ class Retrieval(Task):
         step_orders = [np.arange(N)[None]] + [perms] * (D - 1)  # step 1 fixed (canonical chain names)
         combos = np.array(list(itertools.product(*[range(len(o)) for o in step_orders])), dtype=np.int64)
         orders = np.stack([step_orders[s][combos[:, s]] for s in range(D)], axis=1)  # [O, D, N]
-        n_ch, n_or = chains.shape[0], orders.shape[0]
-        ci = np.repeat(np.arange(n_ch), n_or * N)
-        oi = np.tile(np.repeat(np.arange(n_or), N), n_ch)
-        c = np.tile(np.arange(N), n_ch * n_or)
+        ci, oi, c = product_indices(chains.shape[0], orders.shape[0], N)
         return self._build(chains[ci], orders[oi], c)
 
     # --- roles --------------------------------------------------------------------------------------

@@ -34,21 +34,12 @@ from functools import cached_property
 import numpy as np
 from pydantic import model_validator
 
-from depthlab.tasks.base import (
-    ENUMERATE_LIMIT,
-    SIGN,
-    Batch,
-    Task,
-    check_split,
-    letter_names,
-    number_names,
-    register,
-)
-from depthlab.tasks.templates_common import SPLITS, TemplateSpace, resolve_templates, template_string
+from depthlab.tasks.base import ENUMERATE_LIMIT, Batch, SignedVocabulary, check_split, number_names, register
+from depthlab.tasks.templates_common import SPLITS, TemplateTask
 
 
 @register
-class TemplateMatching(Task):
+class TemplateMatching(SignedVocabulary, TemplateTask):
     name = "template"
     section = "seed 001 §4.3"
     summary = "template matching: classify a sequence by the template (equality pattern) it follows"
@@ -65,16 +56,7 @@ class TemplateMatching(Task):
 
     @model_validator(mode="after")
     def _check(self) -> TemplateMatching:
-        if self.l < 1:
-            raise ValueError(f"l must be at least 1 (template length 0 is impossible), got {self.l}")
-        if self.n_symbols < 1:
-            raise ValueError(f"n_symbols must be at least 1, got {self.n_symbols}")
-        if self.n_wildcards is not None and self.n_wildcards < 1:
-            raise ValueError(f"n_wildcards must be at least 1 (or None: l), got {self.n_wildcards}")
-        if not 0.0 <= self.eval_fraction < 1.0:
-            raise ValueError(
-                f"eval_fraction must be in [0, 1) (0: no held-out split), got {self.eval_fraction}"
-            )
+        self.check_template_fields()
         n_templates = self.template_rows.shape[0]
         if self.n_classes is not None and not 1 <= self.n_classes <= n_templates:
             raise ValueError(
@@ -85,20 +67,6 @@ class TemplateMatching(Task):
         return self
 
     # --- templates ----------------------------------------------------------------------------------
-    @cached_property
-    def template_rows(self) -> np.ndarray:
-        """Canonical templates [T, l] (restricted-growth form)."""
-        return resolve_templates(self.l, self.n_symbols, self.n_wildcards, self.templates)
-
-    @cached_property
-    def space(self) -> TemplateSpace:
-        return TemplateSpace(self.template_rows, self.n_symbols, self.eval_fraction, self.split_seed)
-
-    @property
-    def template_strings(self) -> list[str]:
-        """The canonical templates in greek letters, e.g. ['ααα', 'ααβ', 'αβα', 'αββ', 'αβγ']."""
-        return [template_string(r) for r in self.template_rows]
-
     @cached_property
     def template_labels(self) -> np.ndarray:
         """f: the class of each template [T]."""
@@ -111,12 +79,8 @@ class TemplateMatching(Task):
 
     # --- shapes -------------------------------------------------------------------------------------
     @property
-    def sign_id(self) -> int:
+    def n_symbol_tokens(self) -> int:
         return self.n_symbols
-
-    @property
-    def vocab(self) -> list[str]:
-        return [*letter_names(self.n_symbols), SIGN]
 
     @property
     def labels(self) -> list[str]:
@@ -140,9 +104,6 @@ class TemplateMatching(Task):
         check_split(split, SPLITS)
         tmpl = rng.integers(0, self.template_rows.shape[0], n)
         return self._build(self.space.sample(rng, tmpl, split), tmpl)
-
-    def split_counts_exact(self, split: str = "eval") -> bool:
-        return self.space.split_counts(check_split(split, SPLITS))[1]
 
     def dataset_size(self, split: str = "eval") -> int:
         return sum(self.space.split_counts(check_split(split, SPLITS))[0])

@@ -1,5 +1,8 @@
 """Template machinery shared by the template tasks (seed 001 §4.3 Definition 1, used again in §4.4).
 
+``TemplateTask`` is the base of both tasks: their template fields, checks and held-out split, built from the
+functions and ``TemplateSpace`` below.
+
 Seed 001 §4.3, Definition 1: "A template is a string t ∈ W^l, where W is an alphabet of 'wildcards'. A
 substitution map is an injection function s : W → X that maps wildcards to real word symbols X. [...]
 Different wildcards should be mapped to different tokens to ensure that each sequence can be mapped to one
@@ -29,11 +32,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
+from functools import cached_property
 
 import numpy as np
 
 from depthlab.tasks.base import (
+    Task,
     all_distinct_tuples,
+    check_split,
     encode_rows,
     falling_factorial,
     sample_distinct,
@@ -352,6 +358,41 @@ class TemplateSpace:
                 f"{self.eval_fraction} may be too extreme for n_symbols={self.n_symbols}"
             )
         return out
+
+
+class TemplateTask(Task):
+    """Base of the template tasks (template, ictm): templates and held-out split from the fields ``l``,
+    ``n_symbols``, ``n_wildcards``, ``templates``, ``eval_fraction`` and ``split_seed``, which a subclass declares."""
+
+    def check_template_fields(self) -> None:
+        """ValueError naming the first of those fields that is impossible."""
+        if self.l < 1:
+            raise ValueError(f"l must be at least 1 (template length 0 is impossible), got {self.l}")
+        if self.n_symbols < 1:
+            raise ValueError(f"n_symbols must be at least 1, got {self.n_symbols}")
+        if self.n_wildcards is not None and self.n_wildcards < 1:
+            raise ValueError(f"n_wildcards must be at least 1 (or None: l), got {self.n_wildcards}")
+        if not 0.0 <= self.eval_fraction < 1.0:
+            raise ValueError(
+                f"eval_fraction must be in [0, 1) (0: no held-out split), got {self.eval_fraction}"
+            )
+
+    @cached_property
+    def template_rows(self) -> np.ndarray:
+        """Canonical templates [T, l] (restricted-growth form)."""
+        return resolve_templates(self.l, self.n_symbols, self.n_wildcards, self.templates)
+
+    @cached_property
+    def space(self) -> TemplateSpace:
+        return TemplateSpace(self.template_rows, self.n_symbols, self.eval_fraction, self.split_seed)
+
+    @property
+    def template_strings(self) -> list[str]:
+        """The canonical templates in greek letters, e.g. ['ααα', 'ααβ', 'αβα', 'αββ', 'αβγ']."""
+        return [template_string(r) for r in self.template_rows]
+
+    def split_counts_exact(self, split: str = "eval") -> bool:
+        return self.space.split_counts(check_split(split, SPLITS))[1]
 
 
 def ordered_product_sum(weights: list[int], special: list[int], k: int) -> int:
