@@ -6,7 +6,8 @@ import pytest
 from depthlab.config import parse_run
 from depthlab.store import Store
 from depthlab.sweep.local import plan_groups, run_local
-from depthlab.train.engine import DataStream, train_group
+from depthlab.train.data import DataStream
+from depthlab.train.engine import train_group
 
 
 def config(seed=0, lr=0.05, **train):

@@ -96,6 +96,40 @@ def test_attention_only_hooks_reproduce_depthlab_logits(tmp_path, attention: str
         assert not torch.allclose(bare.logits(inputs), ours[:8], atol=1e-3)
 
 
+@pytest.mark.parametrize("model", [
+    {"name": "transformer", "layers": 2, "heads": 2, "width": 16, "mlp": True},
+    {"name": "transformer", "layers": 1, "heads": 2, "width": 16, "mlp": False, "positional": "sinusoidal"},
+    {"name": "attention_only", "layers": 2, "heads": [1, 2], "attention": "softmax", "init": "random"},
+    {"name": "attention_only", "layers": 2, "heads": 2, "attention": "relu", "init": "random"},
+])
+def test_exported_transformerlens_model_has_depthlab_s_activations_at_every_shared_hook(tmp_path, model) -> None:
+    """depthlab's cache against TransformerLens' on the exported model, name by name (the run axis dropped).
+
+    Two documented differences: the attention-only export writes W_Q = √d' · W_QK (TransformerLens divides scores
+    by √d_head), so its ``hook_q`` is √d' times depthlab's; and it pads layers with fewer heads with zero heads.
+    ``hook_attn_scores`` is left out: TransformerLens 4.x's bridge records it after the pattern.
+    """
+    run = _run(model)
+    write_export(*transformerlens_export(run), tmp_path / "export")
+    loaded = tl.load_folder(tmp_path / "export")
+    inputs = torch.from_numpy(run.task.sample(6, np.random.default_rng(0)).inputs)
+    _, ours = run.model.run_with_cache(inputs[None])
+    with loaded.model.hooks(fwd_hooks=loaded.fwd_hooks):
+        _, theirs = loaded.model.run_with_cache(inputs)
+    shared = [name for name in ours if name in theirs and not name.endswith("hook_attn_scores")]
+    assert len(shared) == len(ours) - run.config.model.layers  # every depthlab hook but the scores
+    width = run.model.width if model["name"] == "attention_only" else model["width"]
+    for name in shared:
+        mine, other = ours[name][0], theirs[name]
+        if name.endswith(("hook_q", "hook_k", "hook_v", "hook_z")):
+            other = other[:, :, : mine.shape[2]]  # [batch, pos, head, d_head]: padded heads dropped
+        elif name.endswith("hook_pattern"):
+            other = other[:, : mine.shape[1]]
+        if model["name"] == "attention_only" and name.endswith("hook_q"):
+            other = other / width**0.5
+        torch.testing.assert_close(mine, other.to(mine.dtype), rtol=1e-4, atol=1e-4, msg=name)
+
+
 def test_cli_export_and_induction_on_a_stored_run(tmp_path) -> None:
     from depthlab.cli import app
 

@@ -23,7 +23,8 @@ from depthlab.report.html import build_report, section
 from depthlab.report.svg import Cell, heatmap_svg, nice_ticks
 from depthlab.store import Store
 from depthlab.sweep.local import run_local
-from depthlab.train.engine import eval_set, evaluate
+from depthlab.train.data import eval_set
+from depthlab.train.evaluate import evaluate
 
 EVIL = "<script>window.__pwned=1</script>"
 

@@ -139,7 +139,7 @@ def attention_maps(run: LoadedRun, batch: Batch) -> list[dict[str, Any]]:
     ``correct`` (as the engine scores it; None when the target is unknown or the task has no accuracy),
     ``text`` (the example in seed 001 Table 1 notation) and ``layers``: per layer a float array [heads, q, k].
     """
-    from ..train.engine import read_tensor
+    from ..train.evaluate import read_tensor
     from ..train.objectives import per_run_correct
 
     task = run.task

@@ -12,12 +12,10 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
 import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -29,20 +27,11 @@ from safetensors.torch import save
 from ..config import RunConfig
 from ..models import TaskShapes, build_model
 from ..store import Store, atomic_write_bytes
-from ..tasks import Batch, Task
 from .checkpoint import WEIGHTS, CheckpointError, load_checkpoint, save_checkpoint
+from .data import EVAL_SEED, DataStream, eval_set
+from .evaluate import evaluate, read_tensor
 from .objectives import per_run_correct, per_run_loss
 from .optim import GroupOptimizer
-
-EXHAUSTIVE_EVAL_LIMIT = 400_000  # evaluate on the whole dataset when it has at most this many examples
-SAMPLED_EVAL_EXAMPLES = 20_000  # otherwise on this many held-out examples, the same for every run
-EVAL_SEED = 20240229  # the fixed evaluation sample does not depend on any run's seed
-CHUNK_EXAMPLES = 8192  # examples generated per call to task.sample (one call covers many steps)
-PREFETCH_BYTES = 64 * 2**20  # sample the next chunk ahead only when a chunk is at most this big: prefetching
-# holds two chunks per run, and Eq-ncp's multi-label targets make a chunk hundreds of MB
-EVAL_CHUNK = 8192  # at most this many examples per evaluation forward pass …
-EVAL_ELEMENTS = 2**27  # … and about this many activations (runs × examples × n × max(n, 64)): long sequences
-# with many runs would otherwise ask for tens of GB at once (attention scores grow with n²)
 
 
 def group_key(config: RunConfig) -> str:
@@ -51,122 +40,6 @@ def group_key(config: RunConfig) -> str:
     d.pop("seed")
     d["train"] = {k: v for k, v in d["train"].items() if k != "lr"}
     return json.dumps(d, sort_keys=True)
-
-
-_PREFETCH: tuple[int, ThreadPoolExecutor] | None = None
-
-
-def _prefetcher() -> ThreadPoolExecutor:
-    """One background thread per process that samples the next chunk of every stream while the model trains
-    (numpy releases the GIL in its bulk work, and small torch ops leave a core free). Created per process:
-    a thread pool does not survive a fork."""
-    global _PREFETCH
-    if _PREFETCH is None or _PREFETCH[0] != os.getpid():
-        _PREFETCH = (os.getpid(), ThreadPoolExecutor(1, thread_name_prefix="depthlab-data"))
-    return _PREFETCH[1]
-
-
-class DataStream:
-    """One run's training data: its own seeded generator, sampled a chunk of steps at a time.
-
-    The next chunk is sampled in the background while the current one is used (only if the run's
-    ``batches`` need it); chunks come in the same order from the same generator, so the batches do not depend
-    on the prefetching. The state (generator state at the start of the current chunk, and the position in it)
-    goes into checkpoints, so a resumed run sees exactly the batches it would have seen.
-    """
-
-    def __init__(self, task: Task, seed: int, batch_size: int, batches: int | None = None) -> None:
-        self.task, self.batch_size, self.batches = task, batch_size, batches
-        self.steps_per_chunk = max(1, CHUNK_EXAMPLES // batch_size)
-        self.rng = np.random.default_rng([seed, 0xDA7A])
-        self.chunk_state: dict[str, Any] = self.rng.bit_generator.state
-        self.buffer: Batch | None = None
-        self.pos = self.steps_per_chunk
-        self.drawn = 0
-        self.pending: Future | None = None
-
-    def _sample_chunk(self) -> tuple[dict[str, Any], Batch]:
-        state = self.rng.bit_generator.state
-        return state, self.task.sample(self.batch_size * self.steps_per_chunk, self.rng, "train")
-
-    def _refill(self) -> None:
-        chunk = self.pending.result() if self.pending is not None else self._sample_chunk()
-        self.chunk_state, self.buffer = chunk
-        self.pos = 0
-        needed = self.batches is None or self.batches - self.drawn > self.steps_per_chunk
-        small = self.buffer.inputs.nbytes + self.buffer.targets.nbytes <= PREFETCH_BYTES
-        self.pending = _prefetcher().submit(self._sample_chunk) if needed and small else None
-
-    def next(self) -> Batch:
-        if self.pos >= self.steps_per_chunk:
-            self._refill()
-        start = self.pos * self.batch_size
-        self.pos += 1
-        self.drawn += 1
-        return self.buffer.take(slice(start, start + self.batch_size))
-
-    def state(self) -> dict[str, Any]:
-        return {"rng": self.chunk_state, "pos": self.pos}
-
-    def restore(self, state: dict[str, Any], drawn: int) -> None:
-        """Continue from a checkpoint's ``state()``, taken after ``drawn`` batches."""
-        self.close()
-        self.rng.bit_generator.state = state["rng"]
-        self.drawn = drawn - state["pos"]
-        self._refill()
-        self.pos, self.drawn = state["pos"], drawn
-
-    def close(self) -> None:
-        """Wait for (or cancel) the chunk being sampled: the generator is the background thread's until then."""
-        if self.pending is not None and not self.pending.cancel():
-            self.pending.result()
-        self.pending = None
-
-
-def eval_set(task: Task) -> tuple[Batch, bool]:
-    """The evaluation data every run of this task is scored on, and whether it is the whole dataset."""
-    if task.dataset_size("eval") <= EXHAUSTIVE_EVAL_LIMIT:
-        full = task.enumerate("eval")
-        if full is not None:
-            return full, True
-    return task.sample(SAMPLED_EVAL_EXAMPLES, np.random.default_rng(EVAL_SEED), "eval"), False
-
-
-def read_tensor(task: Task) -> torch.Tensor | None:
-    positions = task.read_positions
-    return None if positions is None else torch.as_tensor(positions, dtype=torch.long)
-
-
-@torch.no_grad()
-def evaluate(model: torch.nn.Module, task: Task, batch: Batch, autocast: Any,
-             partial: dict[str, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Loss and accuracy (NaN for regression) of every run of ``model`` on ``batch``, the same examples for all.
-
-    When the task defines ``partial_losses(outputs, targets) -> {name: [R]}`` (seed 002 Figure 4: the loss of
-    each chain position), their means over ``batch`` are put in ``partial`` (when given).
-    """
-    runs, read = model.n_runs, read_tensor(task)
-    loss_sum = torch.zeros(runs)
-    correct = torch.zeros(runs)
-    partial_fn = getattr(task, "partial_losses", None) if partial is not None else None
-    inputs, targets = torch.from_numpy(batch.inputs), torch.from_numpy(batch.targets)
-    n = inputs.shape[1]
-    chunk = max(1, min(EVAL_CHUNK, EVAL_ELEMENTS // (runs * n * max(n, 64))))
-    for start in range(0, len(batch), chunk):
-        x, y = inputs[start : start + chunk], targets[start : start + chunk]
-        x, y = x.expand(runs, *x.shape), y.expand(runs, *y.shape)
-        with autocast:
-            outputs = model(x, read=read).outputs
-        loss_sum += per_run_loss(outputs, y, task.loss) * y.shape[1]
-        hits = per_run_correct(outputs, y, task.loss, task.accuracy_over)
-        correct += hits if hits is not None else float("nan")
-        if partial_fn is not None:
-            for name, value in partial_fn(outputs, y).items():
-                partial[name] = partial.get(name, torch.zeros(runs)) + value.float() * y.shape[1]
-    if partial_fn is not None:
-        for name in partial:
-            partial[name] = partial[name] / len(batch)
-    return loss_sum / len(batch), correct / len(batch)
 
 
 class _Run:

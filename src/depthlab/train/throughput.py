@@ -24,7 +24,8 @@ import torch
 from ..config import RunConfig, parse_run
 from ..models import TaskShapes, build_model
 from ..store import Store
-from .engine import DataStream, Group
+from .data import DataStream
+from .engine import Group
 from .objectives import per_run_loss
 
 

@@ -1,0 +1,52 @@
+"""Loss and accuracy of every run of a group on the same evaluation examples, in memory-bounded chunks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..tasks import Batch, Task
+from .objectives import per_run_correct, per_run_loss
+
+EVAL_CHUNK = 8192  # at most this many examples per evaluation forward pass …
+EVAL_ELEMENTS = 2**27  # … and about this many activations (runs × examples × n × max(n, 64)): long sequences
+# with many runs would otherwise ask for tens of GB at once (attention scores grow with n²)
+
+
+def read_tensor(task: Task) -> torch.Tensor | None:
+    """The positions the task's loss reads, as the models' ``read`` argument (None: the last position only)."""
+    positions = task.read_positions
+    return None if positions is None else torch.as_tensor(positions, dtype=torch.long)
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, task: Task, batch: Batch, autocast: Any,
+             partial: dict[str, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Loss and accuracy (NaN for regression) of every run of ``model`` on ``batch``, the same examples for all.
+
+    When the task defines ``partial_losses(outputs, targets) -> {name: [R]}`` (seed 002 Figure 4: the loss of
+    each chain position), their means over ``batch`` are put in ``partial`` (when given).
+    """
+    runs, read = model.n_runs, read_tensor(task)
+    loss_sum = torch.zeros(runs)
+    correct = torch.zeros(runs)
+    partial_fn = getattr(task, "partial_losses", None) if partial is not None else None
+    inputs, targets = torch.from_numpy(batch.inputs), torch.from_numpy(batch.targets)
+    n = inputs.shape[1]
+    chunk = max(1, min(EVAL_CHUNK, EVAL_ELEMENTS // (runs * n * max(n, 64))))
+    for start in range(0, len(batch), chunk):
+        x, y = inputs[start : start + chunk], targets[start : start + chunk]
+        x, y = x.expand(runs, *x.shape), y.expand(runs, *y.shape)
+        with autocast:
+            outputs = model(x, read=read).outputs
+        loss_sum += per_run_loss(outputs, y, task.loss) * y.shape[1]
+        hits = per_run_correct(outputs, y, task.loss, task.accuracy_over)
+        correct += hits if hits is not None else float("nan")
+        if partial_fn is not None:
+            for name, value in partial_fn(outputs, y).items():
+                partial[name] = partial.get(name, torch.zeros(runs)) + value.float() * y.shape[1]
+    if partial_fn is not None:
+        for name in partial:
+            partial[name] = partial[name] / len(batch)
+    return loss_sum / len(batch), correct / len(batch)

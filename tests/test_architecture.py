@@ -1,0 +1,90 @@
+"""The shape of the code: which package may import which, and what no module may do.
+
+The packages of ``src/depthlab`` form layers (README, "Architecture"); dependencies point one way. Checked on the
+parsed source of every module, so a new import that breaks the layering fails here, not in review.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+from pathlib import Path
+
+import depthlab
+
+ROOT = Path(depthlab.__file__).parent
+BASE = {"errors"}  # what every package may import
+ALLOWED = {  # the packages at the bottom import nothing above them
+    "tasks": BASE, "models": BASE, "store": BASE, "errors": set(),
+}
+NOT_FROM_TRAIN = {"constructions", "analysis", "report", "sweep", "cli", "draw", "induction", "llm"}
+MAX_LINES = 500
+
+
+def modules() -> list[Path]:
+    return sorted(ROOT.rglob("*.py"))
+
+
+def package_of(path: Path) -> str:
+    """``depthlab/models/base.py`` -> models; a top-level module is its own package (``config``)."""
+    return path.relative_to(ROOT).parts[0].removesuffix(".py")
+
+
+def imported(path: Path) -> list[tuple[str, list[str]]]:
+    """(depthlab module path, imported names) for every import of depthlab code in ``path``."""
+    here = list(path.relative_to(ROOT).with_suffix("").parts)
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out += [(a.name, []) for a in node.names if a.name.startswith("depthlab.")]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                package = here[:-1]  # the folder the module is in: what a single dot means
+                base = package[: len(package) - node.level + 1]
+                target = ".".join(["depthlab", *base, *([node.module] if node.module else [])])
+            elif node.module and node.module.startswith("depthlab"):
+                target = node.module
+            else:
+                continue
+            out.append((target, [a.name for a in node.names]))
+    return out
+
+
+def edges() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for path in modules():
+        source = package_of(path)
+        for target, names in imported(path):
+            parts = target.split(".")[1:]
+            packages = {parts[0]} if parts else set(names)  # ``from depthlab import x``: the package is x
+            graph.setdefault(source, set()).update(p for p in packages if p != source)
+    return graph
+
+
+def test_no_two_packages_import_each_other():
+    graph = edges()
+    cycles = sorted(f"{a} <-> {b}" for a, b in itertools.combinations(sorted(graph), 2)
+                    if b in graph.get(a, ()) and a in graph.get(b, ()))
+    assert not cycles, cycles
+
+
+def test_the_bottom_packages_import_nothing_above_them():
+    graph = edges()
+    wrong = {p: sorted(graph.get(p, set()) - allowed) for p, allowed in ALLOWED.items()
+             if graph.get(p, set()) - allowed}
+    assert not wrong, wrong
+
+
+def test_train_imports_no_paper_specific_or_higher_code():
+    assert not edges().get("train", set()) & NOT_FROM_TRAIN
+
+
+def test_no_module_imports_another_module_s_private_names():
+    private = [f"{path.relative_to(ROOT)}: {target}.{name}" for path in modules() for target, names in imported(path)
+               for name in names if name.startswith("_") and not name.startswith("__")]
+    assert not private, private
+
+
+def test_every_module_is_under_500_lines():
+    long = {str(p.relative_to(ROOT)): n for p in modules() if (n := len(p.read_text().splitlines())) >= MAX_LINES}
+    assert not long, long
