@@ -14,11 +14,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..models import TaskShapes, build_model
+from ..models import TaskShapes
 from ..models.attention_only import AttentionOnlySpec
 from ..models.init import (
     MASK,
     FirstLayer,
+    blank_model,
     block_parse_layer,
     copy_layer,
     instructive_attention,
@@ -39,11 +40,7 @@ from ..tasks import Task
 def _blank_model(task: Task, heads: list[int], width: int):
     """An attention-only model for ``task`` with these heads per layer and this width, all weights zero, float64."""
     spec = AttentionOnlySpec(layers=len(heads), heads=list(heads), width=width, attention="relu", init="random")
-    model = build_model(spec, TaskShapes(len(task.vocab), task.seq_len, len(task.labels)), [0]).double()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.zero_()
-    return model
+    return blank_model(spec, TaskShapes(len(task.vocab), task.seq_len, len(task.labels)))
 
 
 def _put(model, layer: int, head: int, w_qk: torch.Tensor | None = None, w_v: torch.Tensor | None = None) -> None:

@@ -32,6 +32,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..models import TaskShapes
+from ..models.init import blank_model
+from ..models.transformer import TransformerSpec
+
 LN_EPS = 1e-5  # torch.nn.functional.layer_norm's default, used by the transformer
 MAX_K = 512
 
@@ -94,9 +98,6 @@ def default_eta(N: int) -> float:
 
 def index_lookup_model(N: int, k: int, n_symbols: int = 4, eta: float | None = None, seed: int = 0) -> IndexLookup:
     """Theorem 1 of seed 003 as a one-layer ``transformer`` (float64) for sequences of N symbols + an index."""
-    from ..models import TaskShapes, build_model
-    from ..models.transformer import TransformerSpec
-
     if N < 1 or n_symbols < 2:
         raise ValueError(f"N must be at least 1 and n_symbols at least 2, got N={N}, n_symbols={n_symbols}")
     eta = default_eta(N) if eta is None else float(eta)
@@ -107,8 +108,7 @@ def index_lookup_model(N: int, k: int, n_symbols: int = 4, eta: float | None = N
     width, d_head = 2 * m, max(k, b)
     spec = TransformerSpec(layers=1, heads=1, width=width, d_head=d_head, mlp=False, positional="learned",
                            causal=True)
-    shapes = TaskShapes(vocab_size=n_symbols + N, seq_len=N + 1, n_classes=n_symbols)
-    model = build_model(spec, shapes, [torch.Generator().manual_seed(0)]).double()
+    model = blank_model(spec, TaskShapes(vocab_size=n_symbols + N, seq_len=N + 1, n_classes=n_symbols))
     sigma_sym = math.sqrt(2 * (b + 1) / width + LN_EPS)  # LayerNorm's scale at a symbol position
     sigma_idx = math.sqrt(2 / width + LN_EPS)  # … and at the index token
     bits, idx, pos = np.arange(b), b + np.arange(k), b + k + np.arange(k)
@@ -120,10 +120,6 @@ def index_lookup_model(N: int, k: int, n_symbols: int = 4, eta: float | None = N
         return out
 
     with torch.no_grad():
-        for p in model.parameters():
-            p.zero_()
-        for name in ("blocks.0.ln1.w", "ln_final.w"):
-            model.param(name).fill_(1.0)
         w_e = np.concatenate([mirrored(codes, bits), mirrored(vectors, idx)])
         model.param("embed.W_E")[0] = torch.as_tensor(w_e)
         w_pos = np.zeros((N + 1, width))
@@ -262,9 +258,6 @@ def equality_model(N: int, k: int, eta: float | None = None, sharpness: float = 
     its scale now varies slightly with the copied bit and the flag, which ``certify_equality`` accounts for.
     The paper's ReLU MLP is GELU here (the model's), which is why the flag is only ≈ 0 / ≈ 1.
     """
-    from ..models import TaskShapes, build_model
-    from ..models.transformer import TransformerSpec
-
     if N < 2 or N % 2:
         raise ValueError(f"N must be even and at least 2, got {N}")
     eta = 4.0 * math.log(N) + 4.0 if eta is None else float(eta)
@@ -275,8 +268,7 @@ def equality_model(N: int, k: int, eta: float | None = None, sharpness: float = 
     width = 2 * m
     spec = TransformerSpec(layers=2, heads=1, width=width, d_head=k, mlp=True, d_mlp=2, positional="learned",
                            causal=True)
-    model = build_model(spec, TaskShapes(vocab_size=2, seq_len=N, n_classes=2),
-                        [torch.Generator().manual_seed(0)]).double()
+    model = blank_model(spec, TaskShapes(vocab_size=2, seq_len=N, n_classes=2))
     partner = np.where(np.arange(N) >= half, np.arange(N) - half, np.arange(N))
     sigma0 = math.sqrt(2 * 4 / width + LN_EPS)  # bit, constant, T(i), T(j(i)): norm² 4 at every position
     sigma1 = math.sqrt(2 * 5 / width + LN_EPS)  # … plus the copied bit (±1) before the MLP
@@ -292,10 +284,6 @@ def equality_model(N: int, k: int, eta: float | None = None, sharpness: float = 
             w[row, m + col] = -value
 
     with torch.no_grad():
-        for p in model.parameters():
-            p.zero_()
-        for name in ("blocks.0.ln1.w", "blocks.0.ln2.w", "blocks.1.ln1.w", "blocks.1.ln2.w", "ln_final.w"):
-            model.param(name).fill_(1.0)
         w_e = torch.zeros(2, width, dtype=torch.float64)
         w_e[:, bit] = torch.tensor([-1.0, 1.0])
         w_e[:, m + bit] = -w_e[:, bit]

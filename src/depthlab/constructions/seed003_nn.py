@@ -48,6 +48,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..models import TaskShapes
+from ..models.init import blank_model
+from ..models.transformer import TransformerSpec
 from .seed003 import LN_EPS, log_fit, max_off_diagonal, nearly_orthogonal, smallest_width
 
 NN_MAX_K = 1024  # its own nested family (sign_matrix(N, seed, NN_MAX_K)); index lookup and equality keep MAX_K
@@ -117,9 +120,6 @@ class NearestNeighborModel:
 
 def nearest_neighbor_model(N: int, k: int, d: int = 8, gamma: float = 0.5, seed: int = 0) -> NearestNeighborModel:
     """Theorem 7 of seed 003 (Appendix G.2) as a two-layer ``transformer`` (float64) for NearestNeighbor(N, d, γ)."""
-    from ..models import TaskShapes, build_model
-    from ..models.transformer import TransformerSpec
-
     if N < 2 or N % 2 or d < 1 or not 0 < gamma < 1:
         raise ValueError(f"need N even and at least 2, d ≥ 1 and 0 < γ < 1 (got N={N}, d={d}, γ={gamma})")
     vectors = nearly_orthogonal(N, k, seed, NN_MAX_K)
@@ -137,8 +137,7 @@ def nearest_neighbor_model(N: int, k: int, d: int = 8, gamma: float = 0.5, seed:
     sigma0 = math.sqrt(2 * (3.0 + ballast**2) / width + LN_EPS)  # every position at layer 0: norm² 3 + Λ² per half
     spec = TransformerSpec(layers=2, heads=1, width=width, d_head=d_head, mlp=True, d_mlp=2 * k,
                            positional="learned", causal=True)
-    model = build_model(spec, TaskShapes(vocab_size=d + 2, seq_len=2 * N, n_classes=2),
-                        [torch.Generator().manual_seed(0)]).double()
+    model = blank_model(spec, TaskShapes(vocab_size=d + 2, seq_len=2 * N, n_classes=2))
     idx = {name: torch.as_tensor(v) for name, v in slots.items()}
     x, label, typ, bal = idx["x"], int(idx["label"][0]), int(idx["type"][0]), int(idx["ballast"][0])
     address, retrieved, signs, out = idx["address"], idx["retrieved"], idx["signs"], int(idx["output"][0])
@@ -149,10 +148,6 @@ def nearest_neighbor_model(N: int, k: int, d: int = 8, gamma: float = 0.5, seed:
         return torch.cat([w, -w], dim=-1)
 
     with torch.no_grad():
-        for p in model.parameters():
-            p.zero_()
-        for name in NORMS:
-            model.param(f"{name}.w").fill_(1.0)
         w_e = torch.zeros(d + 2, m, dtype=torch.float64)
         w_e[torch.arange(d), x] = 1.0
         w_e[d, label], w_e[d + 1, label] = -1.0, 1.0

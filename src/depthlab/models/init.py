@@ -180,3 +180,22 @@ def paper_first_layer(task: str, task_params: dict[str, Any], init: str) -> Firs
     if init not in ("paper", "paper-first") or task not in FIRST_LAYERS:
         return None
     return FIRST_LAYERS[task](dict(task_params))
+
+
+# --------------------------------------------------------------------------------------- hand-set weights
+
+
+def blank_model(spec: Any, shapes: Any) -> Any:
+    """One run of ``spec``'s family in float64 with every weight zero and every norm's gain one: the start of a
+    construction whose weights are all set by hand (the seeds' theorems, ``depthlab.constructions``)."""
+    from .base import build_model
+    from .components import LayerNorm
+
+    model = build_model(spec, shapes, [0]).double()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+        for module in model.modules():
+            if isinstance(module, LayerNorm):
+                module.w.fill_(1.0)
+    return model
