@@ -99,7 +99,7 @@ class BilinearAttention(torch.nn.Module):
 
     @property
     def per_head_hooked(self) -> bool:
-        return self.hook_v.active or self.hook_z.active
+        return bool(self.hook_v.fns or self.hook_z.fns)
 
     def residual(self, h: torch.Tensor, pattern: torch.Tensor) -> torch.Tensor:
         """H + (1/m) Σ_i (pattern_i H) W_V,i in one product over (head, coordinate), in one pass over memory."""
@@ -134,7 +134,7 @@ class AttentionOnlyBlock(torch.nn.Module):
 
     @property
     def hooked(self) -> bool:
-        return any(point.active for point in self.points)
+        return any(point.fns for point in self.points)
 
     def forward(self, h: torch.Tensor, last_query: bool = False) -> torch.Tensor:
         """H^(l+1) [R, B, n, d'], or [R, B, 1, d'] at the last position with ``last_query`` (no hook attached)."""

@@ -23,6 +23,8 @@ from .hooks import HookPoint
 
 def per_run(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """x [R, …, d] @ w [R, d, e] as one matrix product per run (not one per batch element)."""
+    if x.dim() == 3:  # already [R, rows, d]: no reshapes (each is a node autograd walks back through)
+        return x @ w
     return (x.reshape(x.shape[0], -1, x.shape[-1]) @ w).view(*x.shape[:-1], w.shape[-1])
 
 
@@ -38,7 +40,7 @@ def heads_last(x: torch.Tensor) -> torch.Tensor:
 
 def through_head_hook(hook: HookPoint, x: torch.Tensor) -> torch.Tensor:
     """Pass a per-head activation [R, B, heads, n, e] through ``hook`` in TransformerLens' layout."""
-    return heads_last(hook(heads_last(x))) if hook.active else x
+    return heads_last(hook(heads_last(x))) if hook.fns else x
 
 
 class Init:
