@@ -184,3 +184,11 @@ def test_lstm_state_is_h_and_c_and_h_is_the_layer_output():
         state = cache[f"blocks.{layer}.hook_state"]
         torch.testing.assert_close(state[:, :, :, 0], cache[f"blocks.{layer}.hook_resid_post"])
     torch.testing.assert_close(cache["blocks.1.hook_resid_pre"], cache["blocks.0.hook_resid_post"])
+
+
+def test_the_cache_takes_transformerlens_short_names():
+    _, cache = make("transformer").run_with_cache(tokens())
+    assert cache["pattern", 1] is cache["blocks.1.attn.hook_pattern"] is cache["attn", 1]
+    assert cache["resid_post", 0] is cache["blocks.0.hook_resid_post"] and cache["embed"] is cache["hook_embed"]
+    with pytest.raises(KeyError, match="no cached hooks of layer 5"):
+        cache["pattern", 5]

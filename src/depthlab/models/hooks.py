@@ -31,6 +31,26 @@ import torch
 
 HookFn = Callable[[torch.Tensor, "HookPoint"], "torch.Tensor | None"]
 NameFilter = str | Sequence[str] | Callable[[str], bool] | None
+ALIASES = {"attn": "pattern", "scores": "attn_scores"}  # TransformerLens' short names that differ from the hook's
+
+
+class ActivationCache(dict):
+    """Hook name -> activation, also indexed as TransformerLens' ``ActivationCache`` is: ``cache["pattern", 1]``
+    is ``cache["blocks.1.attn.hook_pattern"]``, ``cache["resid_post", 0]`` is ``blocks.0.hook_resid_post``, and
+    ``cache["embed"]`` is ``cache["hook_embed"]``."""
+
+    def __getitem__(self, key: str | tuple[str, int]) -> torch.Tensor:
+        if isinstance(key, tuple):
+            short, layer = key
+            suffix = f"hook_{ALIASES.get(short, short)}"
+            found = [name for name in self if name.startswith(f"blocks.{layer}.") and name.endswith(suffix)]
+            if len(found) != 1:
+                raise KeyError(f"{key!r}: {'no' if not found else len(found)} cached hooks of layer {layer} end in "
+                               f"{suffix} (cached: {', '.join(self)})")
+            key = found[0]
+        elif key not in self and f"hook_{key}" in self:
+            key = f"hook_{key}"
+        return super().__getitem__(key)
 
 
 class HookPoint(torch.nn.Module):
@@ -126,13 +146,14 @@ class HookedModule(torch.nn.Module):
             return self(inputs, **kwargs).outputs
 
     def run_with_cache(self, inputs: torch.Tensor, names: NameFilter = None, detach: bool = True,
-                       **kwargs: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+                       **kwargs: Any) -> tuple[torch.Tensor, ActivationCache]:
         """The forward pass, recording every activation ``names`` selects (default: all); returns (logits, cache).
 
-        The cache maps hook names to tensors (detached unless ``detach=False``), in the order they were computed.
-        Asking for a point that a family computes only on demand (per-head values, recurrent states) computes it.
+        The cache maps hook names to tensors (detached unless ``detach=False``), in the order they were computed
+        (:class:`ActivationCache`: ``cache["pattern", 0]`` works too). Asking for a point that a family computes
+        only on demand (per-head values, recurrent states) computes it.
         """
-        cache: dict[str, torch.Tensor] = {}
+        cache = ActivationCache()
 
         def record(x: torch.Tensor, hook: HookPoint) -> None:
             cache[hook.name] = x.detach() if detach else x
