@@ -197,7 +197,9 @@ def test_sigkill_at_random_moments_then_rerun_completes_every_run_exactly_once(s
         assert store.get_run(run_id) == record, f"seed {seed}"
 
 
-def test_ctrl_c_checkpoints_marks_interrupted_exits_130_and_the_rerun_completes(sweep_file, reference, tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_checkpoints_marks_interrupted_exits_130_and_the_rerun_completes(sweep_file, reference, tmp_path, sig):
+    """Ctrl-C (SIGINT), and SIGTERM the same way (what `timeout`, schedulers and Ray send)."""
     root = tmp_path / "store"
     proc = start(sweep_file, root)
     deadline = time.time() + 120
@@ -207,7 +209,7 @@ def test_ctrl_c_checkpoints_marks_interrupted_exits_130_and_the_rerun_completes(
         time.sleep(0.05)
     else:
         pytest.fail("no checkpoint appeared")
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, f"exit code {proc.returncode}: {err}"
     assert "Traceback" not in err and err.strip().splitlines()[-1] == "interrupted"

@@ -38,6 +38,9 @@ _DIGEST_KEY = "sha256"
 _STALE = (f".{WEIGHTS}.*.tmp", f".{SIDECAR}.*.tmp")  # temporary files a killed writer may leave behind
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # Ctrl-C, and what `timeout`, schedulers and Ray send
+
+
 class CheckpointError(UserError, ValueError):
     """A checkpoint that cannot be used: corrupted, truncated, or not matching the config."""
 
@@ -58,23 +61,26 @@ def tensor_digest(tensors: dict[str, torch.Tensor]) -> str:
 
 @contextlib.contextmanager
 def deferred_interrupt() -> Iterator[None]:
-    """Hold SIGINT while the block runs and deliver it afterwards (main thread only; a no-op elsewhere).
+    """Hold SIGINT and SIGTERM while the block runs and deliver them afterwards (main thread only).
 
-    What the interrupted code was writing is finished first; the held signal then goes to whatever handler
-    was installed before (Python's default raises ``KeyboardInterrupt``).
+    What the interrupted code was writing is finished first; a held signal then goes to whatever handler was
+    installed before (Python's default for SIGINT raises ``KeyboardInterrupt``; SIGTERM's ends the process).
     """
-    previous = signal.getsignal(signal.SIGINT) if threading.current_thread() is threading.main_thread() else None
-    if previous is None:  # not the main thread, or a handler Python did not install: leave it alone
+    main = threading.current_thread() is threading.main_thread()
+    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS} if main else {}
+    if not previous or None in previous.values():  # not the main thread, or a handler Python did not install
         yield
         return
     held: list[int] = []
-    signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+    for sig in previous:
+        signal.signal(sig, lambda signum, frame: held.append(signum))
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
-        if held:
-            signal.raise_signal(signal.SIGINT)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for sig in dict.fromkeys(held):
+            signal.raise_signal(sig)
 
 
 def save_checkpoint(folder: Path, tensors: dict[str, torch.Tensor], step: int, extra: dict[str, Any]) -> None:

@@ -27,7 +27,7 @@ from safetensors.torch import save
 from ..config import RunConfig
 from ..models import TaskShapes, build_model
 from ..store import Store, atomic_write_bytes
-from .checkpoint import WEIGHTS, CheckpointError, load_checkpoint, save_checkpoint
+from .checkpoint import STOP_SIGNALS, WEIGHTS, CheckpointError, load_checkpoint, save_checkpoint
 from .data import EVAL_SEED, DataStream, eval_set
 from .evaluate import evaluate, read_tensor
 from .objectives import per_run_correct, per_run_loss
@@ -115,12 +115,21 @@ class Group:
 
     # --- metrics, early stop, divergence, checkpoints -----------------------------------------------
     def after_step(self) -> None:
+        """Log the runs at a log point (and finish those done), then checkpoint the runs due for one.
+
+        In that order: a checkpoint taken on a log point then holds the train sums after its row was written, so
+        a run resumed from it writes exactly the rows an uninterrupted run writes (and a kill between the two
+        resumes from the previous checkpoint, which writes the same row again)."""
+        self.log()
         for r, run in enumerate(self.runs):
             every = run.config.train.checkpoint_every
             if every and run.step % every == 0 and not run.at_end:
                 self.save(r)
                 if run.config.train.keep_checkpoints:
                     self.keep(r)
+
+    def log(self) -> None:
+        """Train and eval rows of the runs at a log point; runs that are done or diverged leave the group."""
         logging = [r for r, run in enumerate(self.runs) if run.log_point()]
         if not logging:
             return
@@ -263,7 +272,8 @@ class _StopRequest:
 
 @contextlib.contextmanager
 def graceful_interrupt() -> Iterator[_StopRequest]:
-    """A first SIGINT (Ctrl-C) asks the training loop to stop after the current step; a second one stops now.
+    """A first SIGINT (Ctrl-C) or SIGTERM (what ``timeout``, schedulers and Ray send) asks the training loop to
+    stop after the current step; a second one stops now.
 
     Only in the main thread (signal handlers live there); elsewhere ``requested`` simply stays False.
     """
@@ -277,11 +287,12 @@ def graceful_interrupt() -> Iterator[_StopRequest]:
             raise KeyboardInterrupt
         stop.requested = True
 
-    previous = signal.signal(signal.SIGINT, handler)
+    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
     try:
         yield stop
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def train_group(configs: list[RunConfig], store: Store, progress: Callable[[int], None] | None = None,
