@@ -115,10 +115,15 @@ def test_user_errors_are_one_line_exit_2(args, needle):
     ("task: {name: icqa}\nextra: 1", "extra: unknown section"),
     ("task: {name: icqa, n_q: 2}", "k must be at most n_q"),
     ("task: {name: icqa}\nseed: -1", "seed: must be a non-negative integer"),
+    # issue 21: true/false for a number, a key given twice, bytes that are not text
+    ("task: {name: icqa}\ntrain: {steps: true}", "train.steps: must be a number, not true"),
+    ("task: {name: icqa, k: false}", "task.k: must be a number, not false"),
+    ("task: {name: icqa}\ntrain:\n  steps: 10\n  steps: 20", "line 4, column 3: duplicate key 'steps'"),
+    (b"\xff\xfe\x00\x01task", "is not a text file (not UTF-8 at byte 0)"),
 ])
 def test_bad_config_files(tmp_path, content, needle):
     path = tmp_path / "bad.yaml"
-    path.write_text(content)
+    path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content)
     result = cli("train", str(path), "--store", str(tmp_path / "s"))
     assert result.returncode == 2, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1

@@ -55,6 +55,14 @@ def _text_keys(section: str, raw: dict) -> None:
         raise UserError(f"{section}: field names must be text (got {_show(bad[0])})")
 
 
+def _no_bools_for_numbers(section: str, cls: type[BaseModel], raw: dict) -> None:
+    """true/false where a number is asked for is a mistake (pydantic would read ``steps: true`` as 1 step)."""
+    for key, value in raw.items():
+        field = cls.model_fields.get(key)
+        if isinstance(value, bool) and field is not None and "bool" not in str(field.annotation):
+            raise UserError(f"{section}.{_name(key)}: must be a number, not {str(value).lower()}")
+
+
 class TrainSpec(BaseModel):
     """How a run trains. SGD and cross-entropy are seed 001's protocol (§9.1)."""
 
@@ -148,6 +156,7 @@ def _build(section: str, registry: dict[str, type[BaseModel]], raw: Any) -> Any:
         raise UserError(f"{section}.name: unknown {section} {_show(name)}; allowed: {', '.join(sorted(registry))}")
     cls = registry[name]
     allowed = [f for f in cls.model_fields if f != "name"]
+    _no_bools_for_numbers(section, cls, raw)
     try:
         return cls(**raw) if section == "task" else cls(name=name, **raw)
     except ValidationError as e:
@@ -171,6 +180,7 @@ def parse_run(raw: dict[str, Any]) -> RunConfig:
     train_raw = raw.get("train") or {}
     if isinstance(train_raw, dict):
         _text_keys("train", train_raw)
+        _no_bools_for_numbers("train", TrainSpec, train_raw)
     try:
         train = TrainSpec(**train_raw)
     except ValidationError as e:
@@ -183,19 +193,39 @@ def parse_run(raw: dict[str, Any]) -> RunConfig:
     return RunConfig(task=task, model=model, train=train, seed=seed)
 
 
+class UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, except that a key given twice in one mapping is an error (YAML would keep the last)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[str] = set()
+        for key_node, _ in node.value:
+            if isinstance(key_node, yaml.ScalarNode):
+                if key_node.value in seen:
+                    raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key_node.value!r}",
+                                                            key_node.start_mark)
+                seen.add(key_node.value)
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_yaml(path: str | Path) -> dict[str, Any]:
     """Read a YAML config file into a mapping, with one-line errors for unreadable or malformed files."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise UserError(f"config: cannot read {path}: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise UserError(f"config: {path} is not a text file (not UTF-8 at byte {e.start}); a config is YAML "
+                        "text") from None
+    loader = UniqueKeyLoader(text)
     try:
-        data = yaml.safe_load(text)
+        data = loader.get_single_data()
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise UserError(f"config: {path} is not valid YAML{where}: {getattr(e, 'problem', e)}") from None
+    finally:
+        loader.dispose()
     if not isinstance(data, dict):
         raise UserError(f"config: {path} must hold a mapping with sections task, model, train, seed")
     return data
@@ -274,6 +304,7 @@ def parse_resources(raw: dict[str, Any]) -> ResourceSpec:
     if not isinstance(section, dict):
         raise UserError(f"resources: must be a mapping such as {{cpus: 1, gpus: 0}} (got {_show(section)})")
     _text_keys("resources", section)
+    _no_bools_for_numbers("resources", ResourceSpec, section)
     try:
         return ResourceSpec(**section)
     except ValidationError as e:
