@@ -457,3 +457,44 @@ def test_records_table_added_to_an_existing_version_1_store(tmp_path: Path) -> N
         assert columns == ["run_id", "key", "value", "created"]
     finally:
         conn.close()
+
+
+@pytest.mark.parametrize("kind,needle", [
+    ("a file", "is a file; a store is a folder"),
+    ("under a file", "which is a file; a store is a folder"),
+    ("random bytes as its database", "is not a depthlab store"),
+])
+def test_a_path_that_cannot_hold_a_store_is_one_clear_error(tmp_path, kind, needle):
+    """Issue 21 item 3: these gave FileExistsError, NotADirectoryError and sqlite3 tracebacks."""
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "depthlab.sqlite").write_bytes(os.urandom(4096))
+    root = {"a file": tmp_path / "file", "under a file": tmp_path / "file" / "sub",
+            "random bytes as its database": tmp_path / "junk"}[kind]
+    with pytest.raises(StoreError, match=needle):
+        Store(root)
+
+
+def test_a_folder_that_cannot_be_written_is_one_clear_error(tmp_path, monkeypatch):
+    """A read-only folder (simulated: the tests may run as root, for whom permissions do not apply)."""
+    def refuse(*args, **kwargs):
+        raise sqlite3.OperationalError("unable to open database file")
+
+    monkeypatch.setattr("depthlab.store.sqlite.open_database", refuse)
+    with pytest.raises(StoreError, match=r"cannot open .*depthlab\.sqlite: unable to open database file"):
+        Store(tmp_path / "ro")
+
+    def no_permission(self, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "mkdir", no_permission)
+    with pytest.raises(StoreError, match=r"cannot write to .*new: permission denied"):
+        Store(tmp_path / "new")
+
+
+def test_reading_a_store_that_is_not_there_is_an_error_not_an_empty_store(tmp_path):
+    with pytest.raises(StoreError, match="no depthlab store at"):
+        Store(tmp_path / "typo", create=False)
+    assert not (tmp_path / "typo").exists()
+    Store(tmp_path / "real").close()
+    Store(tmp_path / "real", create=False).close()

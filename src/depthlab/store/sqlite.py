@@ -53,10 +53,19 @@ def _value(v: Any) -> float | None:
 
 
 class Store:
-    """An experiment store rooted at ``root`` (created if missing): runs, metrics and artifacts."""
+    """An experiment store rooted at ``root``: runs, metrics and artifacts.
 
-    def __init__(self, root: str | Path) -> None:
+    ``create``: make the store when ``root`` holds none (what training does); with False a missing store is a
+    :class:`StoreError` (what reading commands want: a mistyped path must not answer "no runs"). A path that
+    cannot hold a store (a file, a folder under a file, one that cannot be written, a database of another
+    program) is a :class:`StoreError` naming it.
+    """
+
+    def __init__(self, root: str | Path, create: bool = True) -> None:
         self._attach(Path(root).expanduser().absolute())
+        if not create and not self.db_path.is_file():
+            raise StoreError(f"--store: no depthlab store at {self.root} (train runs into one with "
+                             f"`depthlab sweep FILE --store {self.root}`)")
         self._conn()  # open now: create the store, or refuse a newer schema, at construction
 
     # ---------------------------------------------------------------- connection handling
@@ -107,10 +116,23 @@ class Store:
             self._stale.append(self._conn_)
             self._conn_ = None
             self._lock = threading.RLock()
-        self.root.mkdir(parents=True, exist_ok=True)
-        self._conn_ = open_database(self.db_path)
+        self._conn_ = self._open()
         self._pid = pid
         return self._conn_
+
+    def _open(self) -> sqlite3.Connection:
+        """Create the folder if needed and open the database; every way a path can fail is one line."""
+        blocker = next((p for p in (self.root, *self.root.parents) if p.exists() and not p.is_dir()), None)
+        if blocker is not None:
+            where = "is a file" if blocker == self.root else f"is under {blocker}, which is a file"
+            raise StoreError(f"--store: {self.root} {where}; a store is a folder (depthlab creates it)")
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            return open_database(self.db_path)
+        except PermissionError as e:
+            raise StoreError(f"--store: cannot write to {e.filename or self.root}: permission denied") from None
+        except sqlite3.OperationalError as e:  # the database cannot be created or opened (read-only, locked)
+            raise StoreError(f"--store: cannot open {self.db_path}: {e}") from None
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
