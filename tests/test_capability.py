@@ -283,3 +283,12 @@ def test_helpers_and_the_min_depth_presets_load():
         assert [s.base["task"]["name"] for s in seed001.studies] == ["memorization", "icqa", "template", "ictm"]
         seed002 = load_preset("seed002-min-depth", scale)
         assert seed002.studies[0].vary[0] == "task.D" and seed002.studies[0].vary[1] == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_relative_plugin_path_that_is_not_there_says_where_it_was_looked_for(tmp_path, monkeypatch):
+    """Issue 21 item 8: `--plugin examples/kv_recall.py` from another folder said only "no such file"."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserError) as error:
+        plugins.load_plugin_file("examples/kv_recall.py")
+    assert f"no such file {tmp_path / 'examples' / 'kv_recall.py'}" in str(error.value)
+    assert f"relative to the current folder {tmp_path}" in str(error.value)

@@ -117,7 +117,9 @@ def load_plugin_file(path: str | Path) -> list[str]:
     if resolved in LOADED:
         return []
     if not resolved.is_file():
-        raise UserError(f"{label}: no such file (give the path of a .py file that defines a task)")
+        relative = "" if Path(path).expanduser().is_absolute() else f", relative to the current folder {Path.cwd()}"
+        raise UserError(f"{label}: no such file {resolved} (the path is read as given{relative}; give the path of "
+                        f"a .py file that defines a task)")
     if resolved.suffix != ".py":
         raise UserError(f"{label}: must be a Python file ending in .py")
     # a stable module name per path: the same file gives the same module name in every process that loads it
