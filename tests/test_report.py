@@ -11,14 +11,12 @@ from contextlib import nullcontext
 import numpy as np
 import pytest
 import torch
-import typer
 from typer.testing import CliRunner
 
 from depthlab.analysis.runs import attention_maps, encode_example, load_run, sample_examples, select_runs
 from depthlab.config import expand_sweep
 from depthlab.errors import UserError
 from depthlab.report import html as report_html
-from depthlab.report.cli import register
 from depthlab.report.html import build_report, section
 from depthlab.report.svg import Cell, heatmap_svg, nice_ticks
 from depthlab.store import Store
@@ -192,13 +190,8 @@ def test_section_registry_takes_new_sections(store, tmp_path, monkeypatch):
 
 
 def test_report_command_json_and_errors(store, tmp_path):
-    app = typer.Typer()
+    from depthlab.cli import app
 
-    @app.callback()
-    def _main() -> None:
-        pass
-
-    register(app)
     runner = CliRunner()
     out = tmp_path / "cli.html"
     result = runner.invoke(app, ["report", "--store", str(store.root), "--out", str(out), "--runs", "layers=2",

@@ -3,5 +3,6 @@
 ``sequences`` (the essay's protocol: induction sequences, shuffled controls, stable log odds), ``measure``
 (induction strength, A/B power, bleeding), ``study`` (all of them on one model, summary, figures), ``model`` (the
 ``LogitModel`` interface and depthlab runs), ``tl`` (TransformerLens models; the only module that imports it),
-``export`` (a run as a TransformerLens state dict), ``cli`` and ``reproduce`` (the commands and the preset).
+``export`` (a run as a TransformerLens state dict), ``reproduce`` (the preset) and ``tables``. The commands are
+``depthlab.cli.induction``.
 """

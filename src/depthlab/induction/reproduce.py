@@ -16,11 +16,11 @@ from rich.table import Table
 
 from depthlab.analysis.runs import load_run
 
-from .cli import summary_tables
 from .figures import bleeding_figure, strength_figure
 from .model import RunModel
 from .sequences import default_token_range
 from .study import Settings, run_study, summary, write_figures
+from .tables import summary_tables
 
 
 def _label(spec: Any) -> str:
