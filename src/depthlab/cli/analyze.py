@@ -8,15 +8,15 @@ are drawn from the task's evaluation split with ``--seed`` (the same ones for ev
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
+from ..analysis.tables import Table
 from ..errors import UserError
 from .app import app
-from .common import JsonOpt, StoreOpt, emit, open_run
+from .common import JsonOpt, StoreOpt, emit, open_run, show
 
 analyze_app = typer.Typer(no_args_is_help=True, help="Look inside a trained run: attention maps, ablations, circuits, "
                                                      "emergence (seed 002 Appendix E, Figure 7).")
@@ -45,7 +45,9 @@ def attention_cmd(run: RunArg, example: Annotated[list[str] | None, typer.Option
                       "--values", help="also put the attention values in the JSON")] = False,
                   store: StoreOpt = None, json_out: JsonOpt = False) -> None:
     """Attention maps of every layer and head, labelled with the decoded tokens (seed 001 Figure 3 style)."""
-    from ..analysis.attention import attention_figure, examples_with_attention
+    from ..analysis.attention import examples_with_attention
+    from ..draw import save
+    from ..draw.attention import attention_figure
 
     db, loaded = open_run(store, run)
     batch = _examples(loaded, n, seed, example)
@@ -53,7 +55,7 @@ def attention_cmd(run: RunArg, example: Annotated[list[str] | None, typer.Option
     out = []
     for i, item in enumerate(items):
         name = f"analysis/attention-seed{seed}-{i}.png" if not example else f"analysis/attention-example-{i}.png"
-        path = attention_figure(item, db.artifact_path(loaded.id, "figure", name), f"run {loaded.id}")
+        path = save(attention_figure([item], f"run {loaded.id}"), db.artifact_path(loaded.id, "figure", name))
         db.add_artifact(loaded.id, "figure", name, {"analysis": "attention", "text": item["text"]})
         row = {k: v for k, v in item.items() if k != "layers"}
         row["figure"] = str(path)
@@ -84,13 +86,13 @@ def ablate_cmd(run: RunArg, head: Annotated[list[str], typer.Option(
     if json_out:
         emit(result)
         return
-    table = Table("", "loss", "accuracy", *result["before"]["partial_losses"], title=f"run {loaded.id}: "
-                  + ", ".join(f"{a['head']}={a['pattern']}" for a in result["ablations"]))
+    table = Table.of("", "loss", "accuracy", *result["before"]["partial_losses"], title_justify="center",
+                     title=f"run {loaded.id}: " + ", ".join(f"{a['head']}={a['pattern']}" for a in result["ablations"]))
     for label in ("before", "after"):
         s = result[label]
         acc = "—" if s["accuracy"] is None else f"{s['accuracy']:.3f}"
         table.add_row(label, f"{s['loss']:.4f}", acc, *[f"{v:.4f}" for v in s["partial_losses"].values()])
-    Console().print(table)
+    show(table)
 
 
 @analyze_app.command("circuit")
@@ -105,6 +107,8 @@ def circuit_cmd(run: RunArg, circuit: Annotated[Path | None, typer.Argument(
                 seed: SeedOpt = 0, store: StoreOpt = None, json_out: JsonOpt = False) -> None:
     """Seed 002 Appendix E: reduce the model to a circuit's paths, then drop each path and report the loss rise."""
     from ..analysis.circuit import discover, load_circuit, validate
+    from ..draw import save
+    from ..draw.circuit import circuit_figure
 
     if (circuit is None) == (not discover_):
         raise UserError("circuit: give a circuit file or --discover (not both)")
@@ -123,7 +127,7 @@ def circuit_cmd(run: RunArg, circuit: Annotated[Path | None, typer.Argument(
     else:
         spec = load_circuit(circuit, loaded.model, loaded.task)
     result = validate(loaded.model, loaded.task, batch, spec)
-    figure = _circuit_figure(result, db.artifact_path(loaded.id, "figure", "analysis/circuit.png"), loaded.id)
+    figure = save(circuit_figure(result, loaded.id), db.artifact_path(loaded.id, "figure", "analysis/circuit.png"))
     db.add_artifact(loaded.id, "figure", "analysis/circuit.png", {"analysis": "circuit"})
     out = {"run": loaded.id, "step": loaded.step, "circuit_file": str(circuit), "figure": str(figure), **result}
     if log is not None:
@@ -131,37 +135,13 @@ def circuit_cmd(run: RunArg, circuit: Annotated[Path | None, typer.Argument(
     if json_out:
         emit(out)
         return
-    table = Table("path", "mean attention", "loss without it", "rise",
-                  title=f"run {loaded.id}: intact loss {result['intact']['loss']:.4f}, circuit only "
-                        f"{result['circuit']['loss']:.4f}")
+    table = Table.of("path", "mean attention", "loss without it", "rise", title_justify="center",
+                     title=f"run {loaded.id}: intact loss {result['intact']['loss']:.4f}, circuit only "
+                           f"{result['circuit']['loss']:.4f}")
     for p in result["paths"]:
         table.add_row(p["path"], f"{p['attention']:.2f}", f"{p['loss_without']:.4f}", f"{p['rise']:+.4f}")
-    Console().print(table)
+    show(table)
     Console().print(f"circuit: {circuit}\nfigure: {figure}")
-
-
-def _circuit_figure(result: dict[str, Any], path: Path, run_id: str) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from ..report.figures import STYLE, save_figure
-
-    paths = result["paths"]
-    with plt.rc_context(STYLE):
-        fig, ax = plt.subplots(figsize=(6, 0.3 * len(paths) + 1.4))
-        ax.barh(range(len(paths)), [p["loss_without"] for p in paths], color="tab:red", alpha=0.7,
-                label="circuit without this path")
-        ax.axvline(result["circuit"]["loss"], color="black", lw=1, label="circuit only")
-        ax.axvline(result["intact"]["loss"], color="grey", ls="--", lw=1, label="intact model")
-        ax.set_yticks(range(len(paths)), [p["path"] for p in paths], fontsize=7)
-        ax.invert_yaxis()
-        ax.set_xlabel("validation loss")
-        ax.set_title(f"run {run_id}: circuit validation (seed 002 Appendix E)", fontsize=8)
-        ax.legend(frameon=False, fontsize=7)
-        save_figure(fig, path)
-    return path
 
 
 @analyze_app.command("emergence")
@@ -170,18 +150,20 @@ def emergence_cmd(run: RunArg, circuit: Annotated[Path, typer.Argument(help="cir
                   seed: SeedOpt = 1, store: StoreOpt = None, json_out: JsonOpt = False) -> None:
     """Mean attention on each path at every kept checkpoint; the first step above 0.5 (seed 002 Figure 7)."""
     from ..analysis.circuit import load_circuit
-    from ..analysis.emergence import emergence, emergence_figure, emergence_table
+    from ..analysis.emergence import emergence, emergence_table
+    from ..draw import save
+    from ..draw.emergence import emergence_figure
 
     db, loaded = open_run(store, run)
     spec = load_circuit(circuit, loaded.model, loaded.task)
     result = emergence(db, loaded, spec, examples=examples, seed=seed)
-    figure = emergence_figure(result, db.artifact_path(loaded.id, "figure", "analysis/emergence.png"),
-                              f"run {loaded.id}")
+    figure = save(emergence_figure(result, f"run {loaded.id}"),
+                  db.artifact_path(loaded.id, "figure", "analysis/emergence.png"))
     db.add_artifact(loaded.id, "figure", "analysis/emergence.png", {"analysis": "emergence"})
     result["figure"] = str(figure)
     result["circuit_file"] = str(circuit)
     if json_out:
         emit(result)
         return
-    Console().print(emergence_table(result, f"run {loaded.id}: emergence of the circuit's paths"))
+    show(emergence_table(result, f"run {loaded.id}: emergence of the circuit's paths"))
     Console().print(f"figure: {figure}")

@@ -1,5 +1,5 @@
-"""What every command shares: option types, the JSON emitter, the store and run openers, progress bars, threads,
-and training a list of runs with a progress bar."""
+"""What every command shares: option types, the JSON emitter, the store and run openers, progress bars, tables,
+threads, and training a list of runs with a progress bar."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table as RichTable
 
+from ..analysis.tables import Table
 from ..errors import UserError
 
 if TYPE_CHECKING:
@@ -115,3 +117,21 @@ def run_sweep(runs: list, store: Store, group_size: int | None, quiet: bool, des
             return run_ray(runs, store, group_size=group_size, address=address, resources=resources,
                            progress=advance)
         return run_local(runs, store, group_size=group_size, progress=advance)
+
+
+def rich_table(table: Table) -> RichTable:
+    """``table`` as a rich table."""
+    out = RichTable(title=table.title, title_justify=table.title_justify, caption=table.caption,
+                    caption_justify=table.caption_justify)
+    for column in table.columns:
+        out.add_column(column.header, justify=column.justify, no_wrap=column.no_wrap)
+    for row in table.rows:
+        out.add_row(*row)
+    return out
+
+
+def show(*tables: Table) -> None:
+    """Print tables to stdout, one after the other."""
+    out = Console()
+    for table in tables:
+        out.print(rich_table(table))

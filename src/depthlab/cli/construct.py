@@ -6,12 +6,11 @@ import json
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
+from ..analysis.tables import Column, Table
 from ..errors import UserError
 from .app import app
-from .common import JsonOpt, emit
+from .common import JsonOpt, emit, show
 
 
 def parse_sets(items: list[str] | None) -> dict[str, Any]:
@@ -52,14 +51,12 @@ def construct(
         if json_out:
             emit({"constructions": [{k: c[k] for k in ("name", "theorem", "parameters")} for c in items]})
             return
-        table = Table()
-        table.add_column("name", no_wrap=True)
-        for column in ("theorem", "source", "parameters (defaults)"):
-            table.add_column(column)
+        table = Table([Column("name", no_wrap=True), Column("theorem"), Column("source"),
+                       Column("parameters (defaults)")])
         for c in items:
             table.add_row(c["name"], c["theorem"], c["source"],
                           ", ".join(f"{k}={v}" for k, v in c["parameters"].items()))
-        Console().print(table)
+        show(table)
         return
     if name is None:
         raise UserError("construction: give a name, or --list to see them")
@@ -85,19 +82,19 @@ def _show_result(result: dict[str, Any]) -> None:
         text = json.dumps(value, ensure_ascii=False) if isinstance(value, list | dict) else str(value)
         print(f"{key}: {text}")
     if "constructions" in result:
-        table = Table("construction", "N", "k", "width", "η")
+        table = Table.of("construction", "N", "k", "width", "η")
         for cname, entry in result["constructions"].items():
             for r in entry["rows"]:
                 table.add_row(cname, str(r["N"]), str(r["k"]), str(r["width"]), f"{r['eta']:.2f}")
-        Console().print(table)
+        show(table)
         for cname, entry in result["constructions"].items():
             fit = entry["fit_width"]
             print(f"{cname}: width ≈ {fit['slope_per_ln_N']:.2f}·ln N + {fit['intercept']:.2f} (R² {fit['r2']:.3f}); "
                   f"k ≈ {entry['fit_k']['slope_per_ln_N']:.2f}·ln N + {entry['fit_k']['intercept']:.2f}")
     if "rows" in result:
-        table = Table("D", "layers (last position holds x_D)", "⌈log3(4D+1)⌉",
+        table = Table.of("D", "layers (last position holds x_D)", "⌈log3(4D+1)⌉",
                          "layers (some position holds x_0…x_D)", "⌈log3(2D)⌉")
         for r in result["rows"]:
             table.add_row(str(r["D"]), str(r["layers_last"]), str(r["last_position_form"]), str(r["layers_any"]),
                           str(r["closed_form"]))
-        Console().print(table)
+        show(table)

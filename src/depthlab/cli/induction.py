@@ -12,7 +12,7 @@ from rich.console import Console
 
 from ..errors import UserError
 from .app import app
-from .common import JsonOpt, StoreOpt, emit, open_run
+from .common import JsonOpt, StoreOpt, emit, open_run, show
 
 
 def _slug(text: str) -> str:
@@ -63,8 +63,9 @@ def induction(model: Annotated[str | None, typer.Option(
                                                             "or <store>/figures/induction-NAME)")] = None,
               store: StoreOpt = None, json_out: JsonOpt = False) -> None:
     """Seed 004: induction strength, A/B power and bleeding of a language model; writes four figures."""
+    from ..draw.induction import write_figures
     from ..induction.sequences import default_token_range, parse_token_range
-    from ..induction.study import Settings, run_study, summary, write_figures
+    from ..induction.study import Settings, run_study, summary
     from ..induction.tables import summary_tables
 
     lm, folder, protocol = _load_model(model, run, store, device)
@@ -89,8 +90,7 @@ def induction(model: Annotated[str | None, typer.Option(
     if json_out:
         emit(result)
         return
-    for table in summary_tables(result):
-        Console().print(table)
+    show(*summary_tables(result))
     Console().print("figures: " + ", ".join(result["figures"]))
 
 

@@ -9,12 +9,12 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
-from rich.table import Table
 
+from ..analysis.tables import Table
 from ..errors import UserError
 from ..llm.prompts import DEFAULT_CHAINS, FORMULATIONS, check_chains, check_formulation, resolve_depth
 from .app import app
-from .common import JsonOpt, console, emit, open_store, progress_bar
+from .common import JsonOpt, console, emit, open_store, progress_bar, show
 
 _FORMULATION_HELP = ", ".join(FORMULATIONS)
 
@@ -88,6 +88,8 @@ def llm_bench(
 
     A rerun of the same command resumes: questions already answered are not asked again.
     """
+    from ..draw import save
+    from ..draw.llm import accuracy_figure
     from ..llm.bench import BenchConfig, parse_depths, run_bench
 
     if model and endpoint:
@@ -136,6 +138,7 @@ def llm_bench(
     finally:
         runner.close()
         the_store.close()
+    save(accuracy_figure(result, title=result["model"]), result["figure"])
     if json_out:
         emit(result)
         return
@@ -147,8 +150,8 @@ def _pct(x: float | None) -> str:
 
 
 def _show(result: dict[str, Any]) -> None:
-    table = Table("formulation", "D", "n", "acc %", "95% CI %", "chance %", "flagged", "tries",
-                  title=f"{result['model']}: seed 002 retrieval benchmark")
+    table = Table.of("formulation", "D", "n", "acc %", "95% CI %", "chance %", "flagged", "tries",
+                     title=f"{result['model']}: seed 002 retrieval benchmark", title_justify="center")
     rows = [(c, "—" if c["depth"] is None else str(c["depth"])) for c in result["cells"]]
     per_cell = {f["formulation"]: sum(c["formulation"] == f["formulation"] for c in result["cells"])
                 for f in result["formulations"]}  # fmt: skip
@@ -165,7 +168,7 @@ def _show(result: dict[str, Any]) -> None:
             str(row["flagged"]),
             "—" if row["mean_tries"] is None else f"{row['mean_tries']:.2f}",
         )
+    show(table)
     out = Console()
-    out.print(table)
     out.print(f"run {result['run_id']} in {result['store']} ({result['asked']} asked now, {result['resumed']} resumed)")
     out.print(f"figure: {result['figure']}")

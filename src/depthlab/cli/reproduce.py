@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from ..errors import UserError
 from .app import app
@@ -26,6 +25,7 @@ from .common import (
     open_store,
     run_sweep,
     setup_threads,
+    show,
 )
 
 CAPABILITY_RECIPE = "seed001-depth"  # the capability command trains with this preset's model and train settings
@@ -39,10 +39,12 @@ def reproduce(name: Annotated[str, typer.Argument(help="preset name, e.g. seed00
               group_size: Annotated[int | None, typer.Option("--group-size", min=1)] = None,
               json_out: JsonOpt = False) -> None:
     """Re-run a seed's study from its preset and print its table; writes its figure."""
+    from ..report.summaries import preset_summary
     from ..store import Store
     from ..sweep.presets import load_preset
 
     preset = load_preset(name, scale, set_)
+    summarize = preset_summary(preset)
     threads = setup_threads()
     db = open_store(store)
     started = time.perf_counter()
@@ -51,22 +53,22 @@ def reproduce(name: Annotated[str, typer.Argument(help="preset name, e.g. seed00
                       f"{threads} threads. {preset.note}")
     figure = (out or db.root / "figures") / f"{name}-{scale}.png"
     if preset.studies:
-        summary, renderable = preset.summarize_studies(_climb(preset.studies, db, group_size, json_out, name), figure)
+        summary, tables = summarize(_climb(preset.studies, db, group_size, json_out, name), figure, preset.title)
     else:
         run_sweep(preset.runs, db, group_size, json_out, name)
-        summary, renderable = preset.summarize(db, [Store.run_id(r.to_dict()) for r in preset.runs], figure)
+        summary, tables = summarize(db, [Store.run_id(r.to_dict()) for r in preset.runs], figure, preset.title)
     elapsed = time.perf_counter() - started
     if json_out:
         emit({"preset": name, "scale": scale, **summary, "seconds": round(elapsed, 1), "threads": threads})
         return
-    Console().print(renderable)
+    show(*tables)
     console.print(f"figure: {summary.get('figure')}\nstore: {db.root}  ({elapsed:.0f} s)")
 
 
 def _climb(studies, db, group_size: int | None, quiet: bool, label: str, executor: str = "local",
            address: str | None = None) -> list:
-    """Climb each capability study in depth, training one depth's runs at a time (see sweep.capability)."""
-    from ..sweep.capability import climb
+    """Climb each capability study in depth, training one depth's runs at a time (see sweep.climb)."""
+    from ..sweep.climb import climb
 
     def train(configs, depth: int) -> None:
         run_sweep(configs, db, group_size, quiet, f"{label}: {depth} layer{'s' if depth > 1 else ''}", executor,
@@ -106,9 +108,9 @@ def capability(
     (AdamW, lr 3e-3, 300 warm-up steps, 2000 steps; attention_only with paper init, qk_scale 0.01); every
     run stops at an accuracy halfway between the target and 1. Change any of it with --set train.steps=500.
     """
-    from ..analysis.min_depth import min_depth_summary
     from ..config import apply_overrides
-    from ..sweep import capability as cap
+    from ..report.summaries import min_depth_summary
+    from ..sweep import climb as cap
     from ..sweep.presets import recipe
 
     check_executor(executor, address)
@@ -124,13 +126,13 @@ def capability(
                       f"at most {cap.most_runs(study)} runs, {threads} threads")
     cells = _climb([study], db, group_size, json_out, task, executor, address)
     path = figure or db.root / "figures" / f"capability-{task}{'-' + field if field else ''}.png"
-    summary, table = min_depth_summary(cells, path, f"{task} ({model})")
+    summary, tables = min_depth_summary(cells, path, f"{task} ({model})")
     elapsed = time.perf_counter() - started
     if json_out:
         emit({"task": task, "model": model, "target": study.target, "layers": study.layers, "seeds": study.seeds,
               "vary": field, **summary, "seconds": round(elapsed, 1), "threads": threads, "store": str(db.root)})
         return
-    Console().print(table)
+    show(*tables)
     console.print(f"figure: {summary['figure']}\nstore: {db.root}  ({elapsed:.0f} s)")
 
 

@@ -8,8 +8,8 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
+from ..analysis.tables import Table
 from ..errors import UserError
 from .app import app
 from .common import (
@@ -23,6 +23,7 @@ from .common import (
     open_store,
     run_sweep,
     setup_threads,
+    show,
 )
 
 
@@ -40,11 +41,11 @@ def tasks(json_out: JsonOpt = False) -> None:
     if json_out:
         emit({"tasks": items})
         return
-    table = Table("task", "seed section", "parameters (defaults)", "summary")
+    table = Table.of("task", "seed section", "parameters (defaults)", "summary")
     for item in items:
         params = ", ".join(f"{k}={v['default']}" for k, v in item["parameters"].items())
         table.add_row(item["name"], item["section"], params, item["summary"])
-    Console().print(table)
+    show(table)
 
 
 @app.command()
@@ -137,12 +138,12 @@ def _rows_from_store(db, ids: list[str] | None = None, status: str | None = None
 
 
 def _show_runs(rows: list[dict[str, Any]]) -> None:
-    table = Table("id", "task", "model", "layers", "seed", "status", "step", "accuracy")
+    table = Table.of("id", "task", "model", "layers", "seed", "status", "step", "accuracy")
     for r in rows:
         acc = r["metrics"].get("accuracy")
         table.add_row(r["id"], r["task"], r["model"], str(r["layers"]), str(r["seed"]), r["status"],
                       str(r["step"]), f"{acc:.3f}" if acc is not None else "—")
-    Console().print(table)
+    show(table)
 
 
 @app.command()
