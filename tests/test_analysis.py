@@ -202,16 +202,7 @@ runner = CliRunner()
 
 
 def _app():
-    import typer
-
-    from depthlab.analysis.cli import register
-
-    app = typer.Typer()
-    register(app)
-
-    @app.command("noop")
-    def noop() -> None:  # a second command, so `analyze` stays a sub-command group
-        pass
+    from depthlab.cli import app
 
     return app
 

@@ -15,12 +15,12 @@ from typer.testing import CliRunner
 
 import depthlab.cli as cli_module
 from depthlab import plugins
-from depthlab.analysis.min_depth import log3_bound, solves
 from depthlab.cli import app
+from depthlab.constructions.seed002 import closed_form as log3_bound
 from depthlab.errors import UserError
 from depthlab.models import MODELS
 from depthlab.store import Store
-from depthlab.sweep.capability import parse_layers, parse_vary
+from depthlab.sweep.climb import parse_layers, parse_vary, solves
 from depthlab.sweep.presets import load_preset
 from depthlab.tasks import TASKS
 
@@ -78,7 +78,7 @@ FAST = ["--set", "train.steps=150", "--set", "train.eval_every=50", "--set", "tr
 def one_thread(monkeypatch):
     """Tiny models train fastest on one thread (and the test machine is shared)."""
     threads = torch.get_num_threads()
-    monkeypatch.setattr(cli_module, "setup_threads", lambda: torch.set_num_threads(1) or 1)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the commands' setup_threads honours it
     yield
     torch.set_num_threads(threads)
 

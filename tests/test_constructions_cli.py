@@ -3,22 +3,15 @@
 import json
 
 import pytest
-import typer
 from typer.testing import CliRunner
 
-from depthlab.constructions.cli import register
 from depthlab.constructions.registry import CONSTRUCTIONS
 from depthlab.errors import UserError
 
 
 @pytest.fixture
 def app():
-    app = typer.Typer()
-    register(app)
-
-    @app.command()
-    def _other() -> None:  # a second command, so that ``construct`` stays a named subcommand as in depthlab
-        pass
+    from depthlab.cli import app
 
     return app
 

@@ -7,6 +7,9 @@ import pytest
 import torch
 
 from depthlab.constructions import seed003
+from depthlab.draw import save
+from depthlab.draw.widths import widths_figure
+from depthlab.report.summaries import widths_summary
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -81,12 +84,12 @@ def test_widths_grow_like_log_n(tmp_path):
         ks = [r["k"] for r in entry["rows"]]
         assert ks[0] <= ks[1] <= ks[2] <= 8 * math.log(1000)
         assert 0 < entry["fit_k"]["slope_per_ln_N"] < 8
-    path = seed003.widths_figure(table, tmp_path / "widths.png")
+    path = str(save(widths_figure(table), tmp_path / "widths.png"))
     assert (tmp_path / "widths.png").stat().st_size > 0 and path.endswith("widths.png")
 
 
 def test_widths_summary_for_reproduce(tmp_path, monkeypatch):
     monkeypatch.setattr(seed003, "QUICK_NS", [10, 30])
-    summary, renderable = seed003.widths_summary(None, [], tmp_path / "seed003-widths-quick.png", "widths")
+    summary, (renderable,) = widths_summary(None, [], tmp_path / "seed003-widths-quick.png", "widths")
     assert set(summary["constructions"]) == {"index_lookup", "equality"}
     assert summary["figure"].endswith("seed003-widths-quick.png") and renderable.row_count == 4

@@ -10,6 +10,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from depthlab.draw.induction import write_figures
 from depthlab.induction.measure import bleeding, log_odds_conditions, nearest_tokens, powers, strengths
 from depthlab.induction.sequences import (
     Protocol,
@@ -20,7 +21,7 @@ from depthlab.induction.sequences import (
     parse_token_range,
     shuffle_context,
 )
-from depthlab.induction.study import Settings, run_study, summary, write_figures
+from depthlab.induction.study import Settings, run_study, summary
 
 pytest.importorskip("transformer_lens")
 

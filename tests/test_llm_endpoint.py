@@ -30,7 +30,6 @@ from typer.testing import CliRunner
 from depthlab.errors import UserError
 from depthlab.llm import runners
 from depthlab.llm.bench import BenchConfig, match_answer, parse_depths, record_key, wilson
-from depthlab.llm.cli import register
 from depthlab.llm.prompts import question
 from depthlab.llm.runners import EndpointError, EndpointRunner, Request, _retry_after, chat_url
 from depthlab.store import Store
@@ -152,13 +151,8 @@ def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
 
 @pytest.fixture
 def app() -> typer.Typer:
-    app = typer.Typer()
+    from depthlab.cli import app
 
-    @app.command()
-    def version() -> None:
-        pass
-
-    register(app)
     return app
 
 

@@ -25,7 +25,6 @@ import typer  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 from depthlab.errors import UserError  # noqa: E402
-from depthlab.llm.cli import register  # noqa: E402
 from depthlab.llm.prompts import generate_many  # noqa: E402
 from depthlab.llm.runners import HFRunner, Request  # noqa: E402
 from depthlab.store import Store  # noqa: E402
@@ -67,13 +66,8 @@ def one_thread():
 
 @pytest.fixture
 def app() -> typer.Typer:
-    app = typer.Typer()
+    from depthlab.cli import app
 
-    @app.command()
-    def version() -> None:
-        pass
-
-    register(app)
     return app
 
 

@@ -22,7 +22,6 @@ import typer
 from typer.testing import CliRunner
 
 from depthlab.errors import UserError
-from depthlab.llm.cli import register
 from depthlab.llm.prompts import FORMULATIONS, generate_many, question
 
 # ----------------------------------------------------------------------- Appendix A, as printed
@@ -441,13 +440,8 @@ def test_parameter_errors_name_the_option() -> None:
 
 @pytest.fixture
 def app() -> typer.Typer:
-    app = typer.Typer()
+    from depthlab.cli import app
 
-    @app.command()
-    def version() -> None:  # a second command, so that command names are needed as in the real CLI
-        pass
-
-    register(app)
     return app
 
 

@@ -426,13 +426,15 @@ def test_figure_labels_are_drawn_as_written_not_as_mathtext(tmp_path):
     malformed one would crash the figure, a valid one would change the text)."""
     import matplotlib.pyplot as plt
 
-    from depthlab.report.figures import attention_figure, depth_figure
+    from depthlab.draw import save
+    from depthlab.draw.attention import attention_figure
+    from depthlab.draw.depth import depth_figure
 
     curves = {(name, 1): [{"step": [1, 2], "accuracy": [0.2, 0.6], "loss": [1.0, 0.5]}] for name in HOSTILE}
     with plt.rc_context({"svg.fonttype": "none"}):  # text stays text in the SVG, so we can read it back
-        svg = depth_figure(curves, HOSTILE, {name: 0.25 for name in HOSTILE}, tmp_path / "depth.svg").read_text()
+        svg = save(depth_figure(curves, HOSTILE, {name: 0.25 for name in HOSTILE}), tmp_path / "depth.svg").read_text()
         example = {"tokens": HOSTILE, "layers": [[[[0.25] * 4] * 4]], "text": " ".join(HOSTILE), "prediction": "$y$"}
-        svg += attention_figure([example], tmp_path / "attention.svg", title="$\\alpha$ title").read_text()
+        svg += save(attention_figure([example], title="$\\alpha$ title"), tmp_path / "attention.svg").read_text()
     for text in [*HOSTILE, "$y$", "$\\alpha$ title"]:
         escaped = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
         assert escaped in svg, f"{text!r} was not drawn literally"

@@ -11,16 +11,14 @@ from contextlib import nullcontext
 import numpy as np
 import pytest
 import torch
-import typer
 from typer.testing import CliRunner
 
 from depthlab.analysis.runs import attention_maps, encode_example, load_run, sample_examples, select_runs
 from depthlab.config import expand_sweep
+from depthlab.draw.svg import Cell, heatmap_svg, nice_ticks
 from depthlab.errors import UserError
 from depthlab.report import html as report_html
-from depthlab.report.cli import register
 from depthlab.report.html import build_report, section
-from depthlab.report.svg import Cell, heatmap_svg, nice_ticks
 from depthlab.store import Store
 from depthlab.sweep.local import run_local
 from depthlab.train.data import eval_set
@@ -193,13 +191,8 @@ def test_section_registry_takes_new_sections(store, tmp_path, monkeypatch):
 
 
 def test_report_command_json_and_errors(store, tmp_path):
-    app = typer.Typer()
+    from depthlab.cli import app
 
-    @app.callback()
-    def _main() -> None:
-        pass
-
-    register(app)
     runner = CliRunner()
     out = tmp_path / "cli.html"
     result = runner.invoke(app, ["report", "--store", str(store.root), "--out", str(out), "--runs", "layers=2",
@@ -217,13 +210,14 @@ def test_report_command_json_and_errors(store, tmp_path):
 
 
 def test_attention_figure_files(store, tmp_path):
-    from depthlab.report.figures import attention_figure
+    from depthlab.draw import save
+    from depthlab.draw.attention import attention_figure
 
     record = next(r for r in store.find_runs(task="icqa") if r["config"]["model"]["layers"] == 2)
     run = load_run(store, record["id"])
     examples = attention_maps(run, sample_examples(run.task, 2))
     for suffix, magic in ((".png", b"\x89PNG"), (".svg", b"<?xml"), (".pdf", b"%PDF")):
-        path = attention_figure(examples, tmp_path / f"attention{suffix}", title=f"run {run.id}")
+        path = save(attention_figure(examples, title=f"run {run.id}"), tmp_path / f"attention{suffix}")
         assert path.read_bytes().startswith(magic)
     svg = (tmp_path / "attention.svg").read_text()
     assert "layer 1" in svg and "query" in svg

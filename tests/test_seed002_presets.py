@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
 import pytest
 
-from depthlab.analysis.emergence import layers_summary
 from depthlab.config import TrainSpec, parse_run
+from depthlab.report.summaries import layers_summary, preset_summary
 from depthlab.store import Store
 from depthlab.sweep.presets import load_preset
 from depthlab.train.engine import train_group
@@ -23,8 +22,7 @@ def test_presets_load(name, scale):
         pytest.skip("needs train.keep_checkpoints in the engine")
     preset = load_preset(name, scale)
     assert preset.runs and preset.note
-    module, _, function = preset.raw["summary"].partition(":")
-    assert callable(getattr(importlib.import_module(module), function))
+    assert callable(preset_summary(preset))
     names = {r.task.name for r in preset.runs}
     assert names == {"retrieval_vec"}
     if name == "seed002-layers":
@@ -46,7 +44,7 @@ def test_layers_summary_on_tiny_runs(tmp_path):
         results = train_group(configs, store)
         ids += list(results)
     figure = tmp_path / "fig" / "layers.png"
-    summary, table = layers_summary(store, ids, figure, "tiny")
+    summary, (table,) = layers_summary(store, ids, figure, "tiny")
     rows = {r["formulation"]: r for r in summary["rows"]}
     assert set(rows) == {"ic", "non_ic"}
     assert rows["ic"]["layers"] == 1 and rows["ic"]["seeds"] == 2

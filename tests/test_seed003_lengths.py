@@ -5,8 +5,9 @@ import json
 import pytest
 import torch
 
-from depthlab.analysis.lengths import index_lookup_summary, length_rows, lengths_summary, state_size
+from depthlab.analysis.lengths import length_rows, state_size
 from depthlab.config import parse_run
+from depthlab.report.summaries import index_lookup_summary, lengths_summary
 from depthlab.store import Store
 from depthlab.sweep.local import run_local
 from depthlab.sweep.presets import load_preset
@@ -47,7 +48,7 @@ def test_every_family_learns_a_tiny_index_lookup(trained):
 
 def test_length_table_rows_figures_and_json(trained, tmp_path):
     store, ids, _ = trained
-    out, table = lengths_summary(store, ids, tmp_path / "lengths.png", "tiny")
+    out, (table,) = lengths_summary(store, ids, tmp_path / "lengths.png", "tiny")
     rows = out["rows"]
     assert len(rows) == 7
     assert {"model", "layers", "width", "length", "accuracy", "state_size"} <= set(rows[0])

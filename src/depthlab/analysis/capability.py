@@ -1,20 +1,36 @@
-"""The capability table: final accuracy per (task, depth), mean ± sd over seeds, next to the chance level.
+"""Capability: final accuracy per (task, depth), and the minimum depth at which a task is learned.
 
-Reads only the store. A row groups finished runs whose configs differ only in the seed.
+**The capability table** (``depthlab reproduce``'s default summary and the report's heat map): mean ± sd of the
+final accuracy over seeds, next to the chance level; a row groups finished runs whose configs differ only in the
+seed. Reads only the store.
+
+**Minimum depth**: the smallest number of layers at which most seeds reach a target accuracy on held-out data
+(the seeds' "can a model with L layers learn this?", made one number). A depth *solves* a cell (a task config at
+one width) when a strict majority of its seeds end with an accuracy of at least ``target`` on the task's
+evaluation data (``eval_protocol``: held-out examples where the task has them, the exhaustive dataset or a fixed
+fresh sample otherwise); the rule and the climb that applies it are ``depthlab.sweep.climb``. The minimum depth is
+the smallest depth that solves it; "not reached up to L" when no depth tried does. A run that diverged or failed
+counts as a seed that did not reach the target. Here: the JSON rows and the table of settled cells, and seed
+002 §5's lower bound.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-from rich.table import Table
 
-from ..report.figures import depth_figure
+from ..constructions.seed002 import closed_form
 from ..store import Store
+from ..sweep.climb import CellResult, reached
+from .tables import Column, Table
+
+
+def depth_label(depth: Any) -> str:
+    """``1 layer``, ``3 layers``."""
+    return f"{depth} layer" if depth == 1 else f"{depth} layers"
 
 
 def _label(config: dict[str, Any]) -> str:
@@ -136,25 +152,35 @@ def capability_grids(store: Store, run_ids: list[str]) -> list[dict[str, Any]]:
     return out
 
 
-def depth_summary(store: Store, run_ids: list[str], figure: Path, title: str) -> tuple[dict[str, Any], Table]:
-    """The seed 001 depth study's output: rows of the capability table (JSON), the table, and Figure 2."""
-    rows = capability_rows(store, run_ids)
-    tasks = list(dict.fromkeys(r["task"] for r in rows))
-    chance = {r["task"]: r["chance"] for r in rows if r["chance"] is not None}
-    path = depth_figure(curves(store, run_ids), tasks, chance, figure)
+def depth_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The seed 001 depth study's JSON rows: the capability rows without their run bookkeeping."""
     keys = ("task", "layers", "accuracy", "accuracy_sd", "seeds", "chance", "steps", "eval_protocol", "runs")
-    return {"rows": [{k: r[k] for k in keys} for r in rows], "figure": str(path)}, capability_table(rows, title)
+    return [{k: r[k] for k in keys} for r in rows]
+
+
+def chance_by_task(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """The chance level of each task of ``rows`` (where a run recorded it)."""
+    return {r["task"]: r["chance"] for r in rows if r["chance"] is not None}
+
+
+def aggregate_curves(curves: list[dict[str, list]], name: str) -> tuple[list, list[float], list[float], list[float]]:
+    """Steps, mean, lowest and highest of metric ``name`` over runs, at every step any run logged."""
+    by_step: dict[int, list[float]] = {}
+    for c in curves:
+        for step, v in zip(c.get("step", []), c.get(name, []), strict=False):
+            if v is not None and math.isfinite(v):
+                by_step.setdefault(step, []).append(v)
+    steps = sorted(by_step)
+    values = [np.asarray(by_step[s]) for s in steps]
+    return (steps, [float(v.mean()) for v in values], [float(v.min()) for v in values],
+            [float(v.max()) for v in values])
 
 
 def capability_table(rows: list[dict[str, Any]], title: str) -> Table:
     """Rows: tasks; columns: depth; cells: mean ± sd over seeds; then chance and what was evaluated."""
     depths = sorted({r["layers"] for r in rows})
-    table = Table(title=f"capability table — {title}", title_justify="left")
-    table.add_column("task")
-    for depth in depths:
-        table.add_column(f"{depth} layer{'s' if depth > 1 else ''}", justify="right")
-    table.add_column("chance", justify="right")
-    table.add_column("evaluated on")
+    table = Table([Column("task"), *[Column(depth_label(d), "right") for d in depths], Column("chance", "right"),
+                   Column("evaluated on")], title=f"capability table — {title}")
     for task in dict.fromkeys(r["task"] for r in rows):
         cells = {r["layers"]: r for r in rows if r["task"] == task}
         first = next(iter(cells.values()))
@@ -162,3 +188,68 @@ def capability_table(rows: list[dict[str, Any]], title: str) -> Table:
                       f"{first['chance']:.3f}" if first["chance"] is not None else "—",
                       f"{first['eval_protocol']} ({first['eval_examples']} examples)")
     return table
+
+
+# ------------------------------------------------------------------------------------- minimum depth
+
+
+def verdict(cell: CellResult) -> str:
+    return str(cell.min_layers) if cell.min_layers is not None else f"not reached up to {cell.max_layers}"
+
+
+def mean_accuracy(values: list[float | None]) -> float | None:
+    """The mean over the seeds that finished, None if none did."""
+    done = [v for v in values if v is not None]
+    return sum(done) / len(done) if done else None
+
+
+def result_row(cell: CellResult) -> dict[str, Any]:
+    """The JSON row: ``{"task", "width", <field>: value, "min_layers", "accuracies": {"1": [...]}, …}``."""
+    row: dict[str, Any] = {"task": cell.task, "width": cell.width}
+    if cell.field is not None:
+        row[cell.field] = cell.value
+    row.update({"min_layers": cell.min_layers, "max_layers": cell.max_layers,
+                "accuracies": {str(d): a for d, a in sorted(cell.accuracies.items())},
+                "reached": {str(d): reached(a, cell.target) for d, a in sorted(cell.accuracies.items())},
+                "chance": cell.chance, "eval_protocol": cell.eval_protocol})
+    if cell.expected is not None:
+        row["expected"] = cell.expected
+    return row
+
+
+def _cell_text(accuracies: list[float | None] | None, target: float) -> str:
+    """``0.993 (3/3)``: the mean over seeds and how many reached the target; blank for a depth not trained."""
+    if not accuracies:
+        return ""
+    mean = mean_accuracy(accuracies)
+    return f"{'—' if mean is None else f'{mean:.3f}'} ({reached(accuracies, target)}/{len(accuracies)})"
+
+
+def min_depth_table(cells: list[CellResult], title: str, expected_label: str = "seed says") -> Table:
+    """A row per cell: minimum depth, the expectation, and per depth the mean accuracy and seeds at target."""
+    depths = sorted({d for c in cells for d in c.accuracies} | {1})
+    target = cells[0].target if cells else 0.0
+    protocols = dict.fromkeys(f"{c.task}: {c.eval_protocol}" for c in cells if c.eval_protocol)
+    show_expected = any(c.expected is not None for c in cells)
+    columns = [Column("task"), Column("min layers", "right")]
+    if show_expected:
+        columns.append(Column(expected_label, "right"))
+    columns += [*[Column(depth_label(d), "right") for d in depths], Column("chance", "right")]
+    table = Table(columns, title=f"minimum depth — {title} (target {target:g}, strict majority of seeds)",
+                  caption="evaluated on " + "; ".join(protocols) if protocols else None)
+    for c in cells:
+        cols = [c.label, verdict(c)]
+        if show_expected:
+            cols.append("" if c.expected is None else str(c.expected))
+        cols += [_cell_text(c.accuracies.get(depth), c.target) for depth in depths]
+        cols.append("—" if c.chance is None else f"{c.chance:.3f}")
+        table.add_row(*cols)
+    return table
+
+
+def with_retrieval_bound(cells: list[CellResult]) -> list[CellResult]:
+    """The seed002-min-depth preset: each cell (a value of D) expects the lower bound ⌈log3(2D)⌉ (seed 002 §5,
+    Theorem 1)."""
+    for cell in cells:
+        cell.expected = closed_form(int(cell.value))
+    return cells

@@ -3,8 +3,8 @@ of a circuit's attention paths during training (Figures 6-7).
 
 Figure 4: "Final validation loss by number of layers, averaged across multiple runs. Left: IC vs. non-IC
 formulations. Right: Partial validation loss for each position in the retrieval chains (IC only)."
-:func:`layers_summary` is the ``seed002-layers`` preset's summary: rows ``{"formulation", "layers", "loss",
-"partial_losses"}``. The final loss is the engine's (the whole evaluation sample); partial losses come from the
+:func:`layers_rows` are the ``seed002-layers`` preset's rows ``{"formulation", "layers", "loss",
+"partial_losses", …}``. The final loss is the engine's (the whole evaluation sample); partial losses come from the
 engine's final metrics when it records them (``final["partial_losses"]``), else are measured here on the run's
 final checkpoint (``PARTIAL_EXAMPLES`` fresh evaluation examples).
 
@@ -14,9 +14,9 @@ each attention path in the reverse-engineered circuit, at each epoch during trai
 average attention goes above 0.5 for each attention path." :func:`emergence` does exactly that over a run's
 checkpoint history (weights-only safetensors ``history/step-NNNNNNN.safetensors`` in the run's artifact folder,
 written by the engine when ``train.keep_checkpoints`` is set), and measures the partial losses at every kept
-checkpoint too. :func:`emergence_summary` is the ``seed002-emergence`` preset's summary: it finds the circuit of
-the trained run with the ablation tools (:func:`depthlab.analysis.circuit.discover`), validates it, and plots
-its emergence.
+checkpoint too. :func:`circuit_emergence` is what the ``seed002-emergence`` preset measures: it finds the circuit
+of the trained run with the ablation tools (:func:`depthlab.analysis.circuit.discover`), validates it, and
+measures its emergence (``depthlab.draw.emergence`` draws it).
 """
 
 from __future__ import annotations
@@ -24,25 +24,20 @@ from __future__ import annotations
 import json
 import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
 import torch
-from rich.console import Group as RichGroup
-from rich.table import Table
 
 from ..errors import UserError
 from ..models import TaskShapes, build_model
-from ..report.figures import STYLE, save_figure
 from ..store import Store
 from .ablation import capture, score
 from .circuit import Circuit, discover, path_attention, validate
 from .runs import LoadedRun, load_run, sample_examples
+from .tables import Column, Table
 
 PARTIAL_EXAMPLES = 4096  # fresh evaluation examples for partial losses measured on a checkpoint
 EMERGENCE_EXAMPLES = 32  # "using 32 input sequences" (seed 002 §9.1)
@@ -165,44 +160,11 @@ def emergence(store: Store, run: LoadedRun, circuit: Circuit, examples: int = EM
             "loss_examples": loss_examples}
 
 
-def emergence_figure(result: dict[str, Any], path: Path, title: str = "") -> Path:
-    """Left: loss and partial losses against steps (Figure 6); right: attention on each path (Figure 7, App. D)."""
-    steps = result["steps"]
-    with plt.rc_context(STYLE):
-        fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
-        left.plot(steps, result["loss"], color="black", lw=1.5, label="loss")
-        colors = plt.cm.viridis(np.linspace(0.1, 0.85, len(result["partial_losses"])))
-        for (name, values), color in zip(result["partial_losses"].items(), colors, strict=True):
-            left.plot(steps, values, color=color, label=f"partial loss {name}")
-        left.set_yscale("log")
-        left.set_xlabel("step")
-        left.set_ylabel("validation loss")
-        left.legend(frameon=False, fontsize=7)
-        cmap = plt.cm.tab20(np.linspace(0, 1, len(result["paths"])))
-        for p, color in zip(result["paths"], cmap, strict=True):
-            right.plot(steps, p["attention"], color=color, label=p["path"])
-            if p["first_step_above"] is not None:
-                right.axvline(p["first_step_above"], color=color, lw=0.6, ls=":")
-        right.axhline(result["threshold"], color="grey", ls="--", lw=0.8)
-        right.set_ylim(-0.02, 1.02)
-        right.set_xlabel("step")
-        right.set_ylabel("mean attention on path")
-        right.legend(frameon=False, fontsize=6, loc="center left", bbox_to_anchor=(1.0, 0.5))
-        if title:
-            fig.suptitle(title, fontsize=9)
-        fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, bbox_inches="tight")
-        plt.close(fig)
-    return path
-
-
 def emergence_table(result: dict[str, Any], title: str) -> Table:
-    table = Table(title=title, title_justify="left")
-    table.add_column("path")
-    table.add_column("first step above 0.5", justify="right")
-    table.add_column("above 0.5 from then on", justify="right")
-    table.add_column("final attention", justify="right")
+    """A row per path (when its attention first went above 0.5, and for good), then per partial loss (when it
+    first went below 0.5)."""
+    table = Table([Column("path"), Column("first step above 0.5", "right"), Column("above 0.5 from then on", "right"),
+                   Column("final attention", "right")], title=title)
     show = lambda step: "never" if step is None else f"{step:.0f}"  # noqa: E731
     for p in sorted(result["paths"], key=lambda p: (p["first_step_above"] is None, p["first_step_above"] or 0)):
         table.add_row(p["path"], show(p["first_step_above"]), show(p["settled_step_above"]),
@@ -212,30 +174,43 @@ def emergence_table(result: dict[str, Any], title: str) -> Table:
     return table
 
 
-def emergence_summary(store: Store, run_ids: list[str], figure: Path, title: str) -> tuple[dict[str, Any], Any]:
-    """The ``seed002-emergence`` preset: circuit of each run found by ablation, validated, and its emergence."""
-    results, renderables = [], []
-    for run_id in run_ids:
-        run = load_run(store, run_id)
-        batch = sample_examples(run.task, CIRCUIT_EXAMPLES, ANALYSIS_SEED)
-        circuit, log = discover(run.model, run.task, batch)
-        if not circuit.paths:
-            results.append({"run": run_id, "circuit": None, "discovery": log})
-            continue
-        checked = validate(run.model, run.task, batch, circuit)
-        circuit_file = circuit.dump(store.artifact_path(run_id, "circuit", "circuit.yaml"),
-                                    f"circuit of run {run_id} found by `depthlab analyze circuit --discover`")
-        store.add_artifact(run_id, "circuit", "circuit.yaml", {"paths": len(circuit.paths)})
-        result = emergence(store, run, circuit)
-        path = figure if len(run_ids) == 1 else figure.with_name(f"{figure.stem}-{run_id}{figure.suffix}")
-        emergence_figure(result, path, f"{title}: run {run_id}")
-        results.append({"run": run_id, "circuit_file": str(circuit_file), "discovery": log,
-                        "validation": _compact_validation(checked), "emergence": _compact_emergence(result),
-                        "figure": str(path)})
-        losses = f"circuit loss {checked['circuit']['loss']:.4f}, intact {checked['intact']['loss']:.4f}"
-        renderables.append(emergence_table(result, f"{title}: run {run_id} ({losses})"))
-    figure_out = results[0].get("figure") if len(results) == 1 else None
-    return {"runs": results, "figure": figure_out}, RichGroup(*renderables)
+@dataclass
+class CircuitEmergence:
+    """What the ``seed002-emergence`` preset finds in one run: the circuit discovered by ablation (its file and
+    validation) and its emergence over the kept checkpoints; only ``discovery`` when no circuit was found."""
+
+    run: str
+    discovery: dict[str, Any]
+    circuit_file: Path | None = None
+    validation: dict[str, Any] | None = None  # :func:`depthlab.analysis.circuit.validate`'s result
+    emergence: dict[str, Any] | None = None  # :func:`emergence`'s result
+
+    def to_json(self) -> dict[str, Any]:
+        if self.emergence is None or self.validation is None:
+            return {"run": self.run, "circuit": None, "discovery": self.discovery}
+        return {"run": self.run, "circuit_file": str(self.circuit_file), "discovery": self.discovery,
+                "validation": _compact_validation(self.validation), "emergence": _compact_emergence(self.emergence)}
+
+    def table(self, title: str) -> Table:
+        assert self.emergence is not None and self.validation is not None, "no circuit was found"
+        v = self.validation
+        losses = f"circuit loss {v['circuit']['loss']:.4f}, intact {v['intact']['loss']:.4f}"
+        return emergence_table(self.emergence, f"{title}: run {self.run} ({losses})")
+
+
+def circuit_emergence(store: Store, run_id: str) -> CircuitEmergence:
+    """Find the circuit of run ``run_id`` by ablation, validate it, keep it as the run's artifact
+    ``circuit.yaml`` and measure its emergence."""
+    run = load_run(store, run_id)
+    batch = sample_examples(run.task, CIRCUIT_EXAMPLES, ANALYSIS_SEED)
+    circuit, log = discover(run.model, run.task, batch)
+    if not circuit.paths:
+        return CircuitEmergence(run_id, log)
+    checked = validate(run.model, run.task, batch, circuit)
+    circuit_file = circuit.dump(store.artifact_path(run_id, "circuit", "circuit.yaml"),
+                                f"circuit of run {run_id} found by `depthlab analyze circuit --discover`")
+    store.add_artifact(run_id, "circuit", "circuit.yaml", {"paths": len(circuit.paths)})
+    return CircuitEmergence(run_id, log, circuit_file, checked, emergence(store, run, circuit))
 
 
 def _compact_validation(v: dict[str, Any]) -> dict[str, Any]:
@@ -298,50 +273,12 @@ def layers_rows(store: Store, run_ids: list[str]) -> list[dict[str, Any]]:
     return rows
 
 
-def layers_figure(rows: list[dict[str, Any]], path: Path, title: str = "") -> Path:
-    """Seed 002 Figure 4: left, final loss against layers, IC and non-IC; right, IC partial losses per x_k."""
-    with plt.rc_context(STYLE):
-        fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.6))
-        palette = {"ic": ["tab:blue", "tab:cyan", "tab:purple"], "non_ic": ["tab:red", "tab:orange", "tab:brown"]}
-        for formulation in ("ic", "non_ic"):
-            mine = [r for r in rows if r["formulation"] == formulation and r["loss"] is not None]
-            for i, depth in enumerate(sorted({r["D"] for r in mine})):
-                color = palette[formulation][i % 3]
-                these = sorted((r for r in mine if r["D"] == depth), key=lambda r: r["layers"])
-                x = [r["layers"] for r in these]
-                label = f"{'IC' if formulation == 'ic' else 'non-IC'} (D={depth})"
-                left.plot(x, [r["loss"] for r in these], "o-", color=color, label=label)
-                left.fill_between(x, [r["loss_min"] for r in these], [r["loss_max"] for r in these],
-                                  color=color, alpha=0.15, lw=0)
-        left.set_xlabel("layers")
-        left.set_ylabel("final validation loss (MSE)")
-        left.set_yscale("log")
-        left.legend(frameon=False)
-        ic = [r for r in rows if r["formulation"] == "ic" and r["partial_losses"]]
-        deepest = max((r["D"] for r in ic), default=None)  # the seed plots the partial losses at its largest D
-        ic = sorted((r for r in ic if r["D"] == deepest), key=lambda r: r["layers"])
-        if ic:
-            names = ic[0]["partial_names"]
-            colors = plt.cm.viridis(np.linspace(0.1, 0.85, len(names)))
-            for i, (name, color) in enumerate(zip(names, colors, strict=True)):
-                right.plot([r["layers"] for r in ic], [r["partial_losses"][i] for r in ic], "o-", color=color,
-                           label=name)
-            right.legend(frameon=False, title="chain position")
-        right.set_xlabel("layers")
-        right.set_ylabel(f"partial validation loss (IC, D={deepest})")
-        right.set_yscale("log")
-        for ax in (left, right):
-            ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
-        if title:
-            fig.suptitle(title, fontsize=9)
-        save_figure(fig, path)
-    return path
-
-
 def layers_table(rows: list[dict[str, Any]], title: str) -> Table:
-    table = Table(title=f"final validation loss by depth — {title}", title_justify="left")
-    for column in ("formulation", "D", "layers", "loss (mean over seeds)", "each seed", "partial losses (mean)"):
-        table.add_column(column, justify="right" if column in ("D", "layers", "loss (mean over seeds)") else "left")
+    """A row per (formulation, D, layers): the mean final loss, each seed's, and the mean partial losses."""
+    right = ("D", "layers", "loss (mean over seeds)")
+    table = Table([Column(c, "right" if c in right else "left") for c in (
+        "formulation", "D", "layers", "loss (mean over seeds)", "each seed", "partial losses (mean)")],
+        title=f"final validation loss by depth — {title}")
     for r in rows:
         loss = "—" if r["loss"] is None else f"{r['loss']:.4f}"
         seeds = " ".join(f"{v:.3f}" for v in r["seed_losses"])
@@ -350,13 +287,10 @@ def layers_table(rows: list[dict[str, Any]], title: str) -> Table:
     return table
 
 
-def layers_summary(store: Store, run_ids: list[str], figure: Path, title: str) -> tuple[dict[str, Any], Table]:
-    """The ``seed002-layers`` preset: rows ``{"formulation", "layers", "loss", "partial_losses", …}`` and Figure 4."""
-    rows = layers_rows(store, run_ids)
-    path = layers_figure(rows, figure, title)
-    clean = [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()} for r in rows]
-    return {"rows": clean, "figure": str(path)}, layers_table(rows, title)
+def layers_json(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ``seed002-layers`` preset's JSON rows: :func:`layers_rows` with NaN and ±inf as None."""
+    return [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()} for r in rows]
 
 
-__all__ = ["emergence", "emergence_summary", "first_crossing", "history", "layers_summary",
+__all__ = ["circuit_emergence", "emergence", "first_crossing", "history", "layers_json", "layers_rows",
            "save_history"]

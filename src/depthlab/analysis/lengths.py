@@ -7,24 +7,21 @@ model carries from one position to the next (``state_size`` of its spec), or for
 cache at length N (2 · layers · width · N), which grows with N — the quantity seed 003's bounds are about.
 
 Outputs: JSON rows ``{"task", "model", "label", "layers", "width", "length", "accuracy", "state_size", …}``, a
-rich table (model × length), a heat map (``figure``) and the validation curves of every model at one length
-(``curves_figure``, Figure 2 middle and right).
+table (model × length), and the data of seed 003's figures (``depthlab.draw.lengths``): the heat map, and the
+validation curves of every model at one length (Figure 2 middle and right).
 """
 
 from __future__ import annotations
 
 import json
-import math
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-from rich.table import Table
 
 from ..models import MODELS
 from ..models.recurrent import kv_cache_size
-from ..report.figures import save_figure
 from ..store import Store
+from .tables import Column, Table
 
 SHORT = {"transformer": "TF", "attention_only": "AttnOnly", "lstm": "LSTM", "linear_transformer": "LinTF",
          "retnet": "RetNet", "dss": "DSS", "mamba": "Mamba"}
@@ -131,13 +128,9 @@ def _fmt_state(row: dict[str, Any]) -> str:
 def length_table(rows: list[dict[str, Any]], title: str) -> Table:
     """Rows: task and model; columns: lengths; cells: accuracy (the best learning rate's mean over seeds)."""
     lengths = sorted({r["length"] for r in rows if r["length"] is not None})
-    table = Table(title=f"length table — {title}", title_justify="left")
-    table.add_column("task")
-    table.add_column("model")
-    for n in lengths:
-        table.add_column(f"N={n}", justify="right")
-    table.add_column("state size (longest N)", justify="right")
-    table.add_column("chance", justify="right")
+    table = Table([Column("task"), Column("model"), *[Column(f"N={n}", "right") for n in lengths],
+                   Column("state size (longest N)", "right"), Column("chance", "right")],
+                  title=f"length table — {title}")
     for task in dict.fromkeys(r["task"] for r in rows):
         for label in dict.fromkeys(r["label"] for r in rows if r["task"] == task):
             mine = {r["length"]: r for r in rows if r["task"] == task and r["label"] == label}
@@ -179,89 +172,8 @@ def choose_curve_lengths(rows: list[dict[str, Any]], prefer: int | None = None) 
     return out
 
 
-def heatmap_figure(rows: list[dict[str, Any]], path: Path, title: str) -> Path:
-    """A heat map per task: models (rows) × lengths (columns), accuracy as colour and number."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from ..report.figures import STYLE
-
-    tasks = list(dict.fromkeys(r["task"] for r in rows))
-    with plt.rc_context(STYLE):
-        fig, axes = plt.subplots(1, max(len(tasks), 1), figsize=(3.6 * max(len(tasks), 1), 2.6), squeeze=False)
-        for ax, task in zip(axes[0], tasks, strict=False):
-            mine = [r for r in rows if r["task"] == task]
-            labels = list(dict.fromkeys(r["label"] for r in mine))
-            lengths = sorted({r["length"] for r in mine})
-            grid = np.full((len(labels), len(lengths)), np.nan)
-            for r in mine:
-                if r["accuracy"] is not None:
-                    grid[labels.index(r["label"]), lengths.index(r["length"])] = r["accuracy"]
-            ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto")
-            for i in range(len(labels)):
-                for j in range(len(lengths)):
-                    if not math.isnan(grid[i, j]):
-                        ax.text(j, i, f"{grid[i, j]:.2f}", ha="center", va="center", fontsize=7,
-                                color="black" if grid[i, j] > 0.6 else "white")
-            ax.set_xticks(range(len(lengths)), [str(n) for n in lengths])
-            ax.set_yticks(range(len(labels)), labels)
-            ax.set_xlabel("length N")
-            ax.set_title(task)
-        fig.suptitle(title, fontsize=9)
-        save_figure(fig, path)
-    return path
-
-
-def curves_figure(curve_sets: dict[tuple[str, str], list[dict[str, list]]], chance: dict[str, float],
-                  lengths: dict[str, int], path: Path) -> Path:
-    """Validation accuracy against steps at one length, a line per model, a panel per task."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from ..report.figures import STYLE
-
-    tasks = list(dict.fromkeys(task for task, _ in curve_sets))
-    with plt.rc_context(STYLE):
-        fig, axes = plt.subplots(1, max(len(tasks), 1), figsize=(3.6 * max(len(tasks), 1), 2.8), squeeze=False)
-        for ax, task in zip(axes[0], tasks, strict=False):
-            for (t, label), runs in curve_sets.items():
-                if t != task:
-                    continue
-                for i, metrics in enumerate(runs):
-                    ax.plot(metrics["step"], metrics["accuracy"], label=label if i == 0 else None, lw=1.2)
-            if task in chance:
-                ax.axhline(chance[task], color="grey", ls="--", lw=0.8)
-            ax.set_ylim(-0.02, 1.02)
-            ax.set_xlabel("step")
-            ax.set_title(f"{task}, N = {lengths[task]}")
-            ax.legend(frameon=False, fontsize=7)
-        axes[0, 0].set_ylabel("accuracy (validation)")
-        save_figure(fig, path)
-    return path
-
-
-def lengths_summary(store: Store, run_ids: list[str], figure: Path, title: str,
-                    curve_length: int | None = None) -> tuple[dict[str, Any], Table]:
-    """The preset summary: JSON rows, the model × length table, the heat map, and each task's validation curves
-    at one length (``curve_length`` where every model of the task ran at it, else the longest such length)."""
-    rows = length_rows(store, run_ids)
-    figure = Path(figure)
-    heat = heatmap_figure(rows, figure, title)
-    chance = {r["task"]: r["chance"] for r in rows if r["chance"] is not None}
-    lengths = choose_curve_lengths(rows, curve_length)
-    curve_path = figure.with_name(f"{figure.stem}-curves{figure.suffix}")
-    curves_figure(curves(store, rows, lengths), chance, lengths, curve_path)
+def lengths_json(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The preset's JSON rows: :func:`length_rows` without the task config and the learning rates tried."""
     keys = ("task", "model", "label", "layers", "width", "length", "accuracy", "accuracy_sd", "seeds", "lr",
             "state_size", "chance", "steps", "seconds", "eval_examples", "eval_protocol", "runs", "failed")
-    out = {"rows": [{k: r[k] for k in keys} for r in rows], "figure": str(heat), "curves_figure": str(curve_path),
-           "curve_lengths": lengths}
-    return out, length_table(rows, title)
-
-
-def index_lookup_summary(store: Store, run_ids: list[str], figure: Path, title: str) -> tuple[dict[str, Any], Table]:
-    """Figure 2 left and middle: the length table, with the validation curves at N = 200 where it was run."""
-    return lengths_summary(store, run_ids, figure, title, curve_length=200)
+    return [{k: r[k] for k in keys} for r in rows]

@@ -1,4 +1,5 @@
-"""Every seed 004 measurement on one model, its summary statistics (the JSON of ``depthlab induction``) and figures.
+"""Every seed 004 measurement on one model and its summary statistics (the JSON of ``depthlab induction``); its
+figures are ``depthlab.draw.induction``.
 
 Defaults follow the essay: 4096 sequences for strengths and bleeding ("I measure induction strengths on 4096
 sequences"), 256 sequences per token for A and B power, neighbours up to rank 15 ("between the 1st neighbor and
@@ -9,13 +10,11 @@ the 15th"). The 2-D histograms fix A and B to the tokens of median A power and m
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from .figures import bleeding_figure, log_odds_figure, powers_figure, strength_figure
 from .measure import Bleeding, LogOddsPair, Powers, bleeding, log_odds_conditions, powers
 from .model import LogitModel
 from .sequences import SEED, Protocol, TokenRange
@@ -93,13 +92,3 @@ def summary(study: Study) -> dict[str, Any]:
             "random": describe(bl.random.reshape(-1)),
         },
     }
-
-
-def write_figures(study: Study, folder: Path, prefix: str) -> list[Path]:
-    """The four figures of one model under ``folder`` (``PREFIX-strength.png`` …)."""
-    return [
-        strength_figure({study.name: study.strength.strength}, folder / f"{prefix}-strength.png"),
-        log_odds_figure(study.conditions, folder / f"{prefix}-log-odds.png", study.name),
-        powers_figure(study.powers, folder / f"{prefix}-powers.png", study.name),
-        bleeding_figure({study.name: study.bleeding}, folder / f"{prefix}-bleeding.png"),
-    ]

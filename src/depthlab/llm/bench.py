@@ -25,7 +25,8 @@ acceptable answers, every raw reply, the accepted answer, the verdict, the numbe
 Records are written as questions finish, so rerunning the same command after an interruption asks only
 the questions not yet answered. The summary (stored as the run's ``final``) gives accuracy per cell and
 per formulation with a 95 % Wilson interval and the chance level (the mean over questions of
-1 / number of acceptable answers); the figure is seed 002 Figure 2 (accuracy against D, chance dashed).
+1 / number of acceptable answers). The summary names where seed 002 Figure 2 (accuracy against D, chance
+dashed) goes, ``out`` or the run's artifact ``accuracy.png``; ``depthlab.draw.llm.accuracy_figure`` draws it.
 """
 
 from __future__ import annotations
@@ -40,7 +41,6 @@ from typing import Any
 
 from depthlab.errors import UserError
 from depthlab.llm.prompts import (
-    CONDITIONAL,
     DEFAULT_CHAINS,
     FORMULATIONS,
     MAX_DEPTH,
@@ -243,61 +243,6 @@ def summarize(records: dict[str, dict[str, Any]], config: BenchConfig) -> dict[s
     return {"cells": cells, "formulations": per_formulation, "overall": overall}
 
 
-# ------------------------------------------------------------------------------------------ figure
-
-
-def figure(summary: dict[str, Any], path: str | Path, title: str | None = None) -> Path:
-    """Seed 002 Figure 2: accuracy against D per retrieval formulation (left), the conditional-retrieval
-    formulations as bars (right); 95 % intervals as error bars, chance dashed."""
-    from matplotlib.figure import Figure
-
-    path = Path(path)
-    cells = [c for c in summary["cells"] if c["n"]]
-    chained = [c for c in cells if c["formulation"] not in CONDITIONAL]
-    conditional = [c for c in cells if c["formulation"] in CONDITIONAL]
-    panels = [p for p in (chained, conditional) if p] or [chained]
-    widths = [3.0 if p is chained else 1.2 + 0.6 * len(p) for p in panels]
-    fig = Figure(figsize=(1.0 + sum(widths), 3.2), dpi=120, layout="constrained")
-    axes = fig.subplots(1, len(panels), squeeze=False, width_ratios=widths)[0]
-    colors = {f: f"C{i}" for i, f in enumerate(FORMULATIONS)}
-    for ax, panel in zip(axes, panels, strict=True):
-        if panel is chained:
-            for f in dict.fromkeys(c["formulation"] for c in panel):
-                rows = sorted((c for c in panel if c["formulation"] == f), key=lambda c: c["depth"])
-                xs = [c["depth"] for c in rows]
-                ys = [c["accuracy"] for c in rows]
-                err = [[y - c["ci_low"] for y, c in zip(ys, rows, strict=True)],
-                       [c["ci_high"] - y for y, c in zip(ys, rows, strict=True)]]  # fmt: skip
-                ax.errorbar(xs, ys, yerr=err, marker="o", ms=4, lw=1.2, capsize=2, color=colors[f], label=f)
-                chance = sum(c["chance"] * c["n"] for c in rows) / sum(c["n"] for c in rows)
-                lo, hi = min(xs), max(xs)
-                ax.plot([lo - 0.3, hi + 0.3], [chance, chance], ls="--", lw=0.9, color=colors[f], alpha=0.8)
-            ax.set_xlabel("D (depth)")
-            ax.set_ylabel("accuracy")
-            ax.set_title("retrieval")
-            depths = sorted({c["depth"] for c in panel})
-            ax.set_xticks(depths)
-            ax.legend(frameon=False, fontsize=7, loc="lower left")
-        else:
-            names = [c["formulation"] for c in panel]
-            xs = list(range(len(panel)))
-            ys = [c["accuracy"] for c in panel]
-            err = [[y - c["ci_low"] for y, c in zip(ys, panel, strict=True)],
-                   [c["ci_high"] - y for y, c in zip(ys, panel, strict=True)]]  # fmt: skip
-            ax.bar(xs, ys, yerr=err, capsize=3, color=[colors[f] for f in names], width=0.6)
-            for x, c in zip(xs, panel, strict=True):
-                ax.plot([x - 0.4, x + 0.4], [c["chance"]] * 2, ls="--", lw=0.9, color="black")
-            ax.set_xticks(xs, names)
-            ax.set_title("conditional retrieval")
-        ax.set_ylim(0, 1.02)
-        ax.spines[["top", "right"]].set_visible(False)
-    if title:
-        fig.suptitle(title, fontsize=9)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    return path
-
-
 # --------------------------------------------------------------------------------------------- run
 
 
@@ -309,7 +254,8 @@ def run_bench(
     progress: Callable[[int, int], None] | None = None,
     label: str | None = None,
 ) -> dict[str, Any]:
-    """Run (or resume) the benchmark; return the summary (also stored as the run's ``final``).
+    """Run (or resume) the benchmark; return the summary (also stored as the run's ``final``), whose ``figure``
+    is where the caller draws seed 002 Figure 2.
 
     ``progress(done, total)`` is called as questions finish. ``store`` is a :class:`depthlab.store.Store`.
     """
@@ -353,7 +299,6 @@ def run_bench(
         fig_path = Path(out).expanduser().absolute()
     else:
         fig_path = store.add_artifact(rid, "figure", "accuracy.png", {"what": "seed 002 Figure 2"})
-    figure(summary, fig_path, title=model)
     result = {
         "run_id": rid,
         "store": str(store.root),

@@ -1,7 +1,7 @@
 """One self-contained HTML report of a store: ``build_report(store, out)``, and the section registry.
 
 The page needs nothing but itself: its stylesheet and script are inlined (``report.assets``), every plot is
-inline SVG (``report.svg``, or drawn by the page's script from the page's JSON data), and a
+inline SVG (``depthlab.draw.svg``, or drawn by the page's script from the page's JSON data), and a
 Content-Security-Policy forbids fetching anything, so it opens offline in any browser and sends no request.
 
 **Sections.** The page is a list of sections, each a function ``render(ctx) -> str | None`` returning an HTML
@@ -19,7 +19,7 @@ by adding one file there::
             return None
         return ctx.figure(some_svg, "ablation", "what the figure shows")  # SVG and PNG buttons included
 
-A section escapes every text it writes (``depthlab.report.svg.esc``; ``depthlab.report.svg`` also draws heat
+A section escapes every text it writes (``depthlab.draw.svg.esc``; ``depthlab.draw.svg`` also draws heat
 maps and line charts), may put data for the page's script in ``ctx.data`` and inert HTML in
 ``ctx.add_template``, shares work through ``ctx.cached`` and ``ctx.metrics``, and calls ``ctx.tick(what)`` per
 run it works through (the progress bar). Built-in orders: capability 10, training curves 20, attention 30,
@@ -40,10 +40,10 @@ from typing import Any
 
 import numpy as np
 
+from ..draw.svg import esc
 from ..errors import UserError
 from ..store import Store, atomic_write_bytes
 from .assets import CSS, JS
-from .svg import esc
 
 Progress = Callable[[str, int, int], None]  # (what is being done, units done, units in all)
 

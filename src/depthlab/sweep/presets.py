@@ -2,20 +2,18 @@
 
 A preset holds ``title``, ``reproduces`` (the seed's figure or section), ``scales`` and ``summary``; each scale
 is a list of ``sweeps`` (sweep mappings as in a sweep file) and a ``note`` saying what it shrinks. ``summary``
-names the function that turns the finished runs into the preset's table and figure, as ``module:function``
-(default: the capability table of ``depthlab.analysis.capability:depth_summary``); it is called as
-``function(store, run_ids, figure_path, title) -> (json_dict, rich_renderable)``.
+names what turns the finished runs into the preset's table and figure: an entry of
+``depthlab.report.summaries.RUN_SUMMARIES`` (default ``depth``: the capability table and seed 001 Figure 2).
 
-A scale may instead hold ``studies``: capability studies (``depthlab.sweep.capability``), each a run mapping
+A scale may instead hold ``studies``: capability studies (``depthlab.sweep.climb``), each a run mapping
 (``task``, ``model``, ``train``) with ``layers``, ``seeds``, ``target``, ``widths``, ``vary`` and ``expect``
 (the depth the seed claims). Their runs are not known in advance (each study climbs in depth until settled);
-their ``summary`` (default ``depthlab.analysis.min_depth:min_depth_summary``) is called as
-``function(cells, figure_path, title) -> (json_dict, rich_renderable)`` with the cells of every study.
+their ``summary`` is an entry of ``depthlab.report.summaries.STUDY_SUMMARIES`` (default ``min-depth``), given the
+cells of every study.
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -23,7 +21,7 @@ from typing import Any
 
 from ..config import RunConfig, apply_overrides, expand_sweep, load_yaml
 from ..errors import UserError
-from .capability import Study, most_runs, study_from_mapping
+from .climb import Study, most_runs, study_from_mapping
 
 
 def preset_dir() -> Path:
@@ -57,14 +55,10 @@ class Preset:
         studies = f"{len(self.studies)} capability stud{'y' if len(self.studies) == 1 else 'ies'}"
         return f"{studies} (at most {sum(map(most_runs, self.studies))} runs)"
 
-    def summarize(self, store: Any, run_ids: list[str], figure: Path) -> tuple[dict[str, Any], Any]:
-        module, _, function = self.raw.get("summary", "depthlab.analysis.capability:depth_summary").partition(":")
-        return getattr(importlib.import_module(module), function)(store, run_ids, figure, self.title)
-
-    def summarize_studies(self, cells: list[Any], figure: Path) -> tuple[dict[str, Any], Any]:
-        """A capability preset's table and figure from the cells its studies settled."""
-        module, _, function = self.raw.get("summary", "depthlab.analysis.min_depth:min_depth_summary").partition(":")
-        return getattr(importlib.import_module(module), function)(cells, figure, self.title)
+    @property
+    def summary(self) -> str:
+        """The name of the preset's summary (``depthlab.report.summaries``)."""
+        return self.raw.get("summary") or ("min-depth" if self.studies else "depth")
 
 
 def recipe(name: str) -> dict[str, Any]:

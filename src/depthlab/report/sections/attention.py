@@ -10,10 +10,11 @@ from typing import Any
 
 import numpy as np
 
+from ...analysis.capability import depth_label
 from ...analysis.runs import attention_maps, load_run, sample_examples
+from ...draw.svg import esc
 from ..html import ReportContext, section
-from ..svg import esc
-from ._common import ensure_runs, grids, model_summary, plural
+from ._common import ensure_runs, grids, model_summary
 
 EXAMPLE_SEED = 0
 
@@ -73,7 +74,7 @@ def render(ctx: ReportContext) -> str | None:
                 shown.sort(key=lambda r: (runs[r]["status"] != "done", runs[r]["seed"] or 0))
                 if shown:
                     slots.append(f'<div class="attn-slot" data-run="{esc(shown[0])}" data-example="0" '
-                                 f'data-cell="{esc(cell["key"])}" title="{esc(plural(cell["depth"]))}"></div>')
+                                 f'data-cell="{esc(cell["key"])}" title="{esc(depth_label(cell["depth"]))}"></div>')
             if slots:
                 parts.append(f'<h4>{esc(task["label"])}</h4>' + "".join(slots))
     return "".join(parts)

@@ -3,13 +3,14 @@ click on a cell shows the cell's runs, their curves and their attention maps."""
 
 from __future__ import annotations
 
+from ...analysis.capability import depth_label
+from ...draw.svg import Cell, esc, fmt, heatmap_svg
 from ..html import ReportContext, section
-from ..svg import Cell, esc, fmt, heatmap_svg
-from ._common import accuracy_text, cell_curves_figure, ensure_runs, grids, model_summary, plural
+from ._common import accuracy_text, cell_curves_figure, ensure_runs, grids, model_summary
 
 
 def _tip(cell: dict, runs: dict) -> str:
-    lines = [f"{cell['task_label']} × {plural(cell['depth'])}"]
+    lines = [f"{cell['task_label']} × {depth_label(cell['depth'])}"]
     if cell["accuracy"] is not None:
         each = ", ".join(fmt(runs[r]["accuracy"]) for r in cell["runs"] if runs[r]["accuracy"] is not None)
         sd = f" ± {fmt(cell['accuracy_sd'])}" if cell["seeds"] > 1 else ""
@@ -42,7 +43,7 @@ def render(ctx: ReportContext) -> str | None:
              'run ids; click it for its runs, their training curves and attention maps.</p>']
     for g, grid in enumerate(all_grids):
         rows = [t["label"] for t in grid["tasks"]]
-        cols = [plural(d) for d in grid["depths"]]
+        cols = [depth_label(d) for d in grid["depths"]]
         cells = []
         for cell in grid["cells"]:
             tip = _tip(cell, runs)
@@ -55,7 +56,7 @@ def render(ctx: ReportContext) -> str | None:
                 attrs={"data-task": grid["tasks"][cell["task_index"]]["name"], "data-layers": str(cell["depth"]),
                        "data-accuracy": "" if cell["accuracy"] is None else repr(cell["accuracy"]),
                        "data-runs": " ".join(cell["runs"])}))
-            title = f"{cell['task_label']} × {plural(cell['depth'])}"
+            title = f"{cell['task_label']} × {depth_label(cell['depth'])}"
             task = grid["tasks"][cell["task_index"]]
             summary = (f"Accuracy {accuracy_text(cell)} over {cell['seeds']} finished of {len(cell['runs'])} runs "
                        f"(chance {fmt(cell['chance'])}); evaluated on {task['eval_protocol'] or '?'} "

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from ...draw.svg import esc
 from ..html import ReportContext, section
-from ..svg import esc
 from ._common import depth_curves_figure, ensure_runs, grids, model_summary
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from ...draw.svg import esc, fmt, loss_text
 from ..html import ReportContext, section
-from ..svg import esc, fmt, loss_text
 from ._common import ensure_runs
 
 

@@ -1,11 +1,14 @@
 """Capability studies: the smallest depth at which a task is learned, climbed one depth at a time.
 
+This module decides what to train; ``depthlab.analysis.capability`` turns the settled cells into rows and
+tables, ``depthlab.draw.capability`` draws them.
+
 A study is a base run mapping (``task``, ``model``, ``train``), the depths to try (``layers``), the seeds, the
 target accuracy, optionally several widths (``model.width``) and one varied field (``vary``: ``task.N`` over
 a list of values). Every (width, value) pair is a *cell*. :func:`climb` trains all open cells at the first depth
 (every width, value and seed of that depth in one call of the executor, which batches runs of equal shapes),
 reads their final accuracies from the store, closes the cells that depth solves
-(``depthlab.analysis.min_depth.solves``: a strict majority of seeds at the target) and goes one depth up
+(:func:`solves`: a strict majority of seeds at the target) and goes one depth up
 with the rest; it stops as soon as every cell is settled or the depths run out. Runs are ordinary runs:
 the same config gives the same run id, so a repeated study trains nothing twice.
 
@@ -20,6 +23,7 @@ Every run of every depth is validated before any work, so a mistake in a cell fa
 from __future__ import annotations
 
 import copy
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,7 +31,6 @@ from typing import Any
 
 import yaml
 
-from ..analysis.min_depth import CellResult, run_info, seed_accuracies, solves
 from ..config import RunConfig, apply_overrides, parse_run, set_field
 from ..errors import UserError
 from ..store import Store
@@ -51,6 +54,30 @@ class Study:
 
     def __post_init__(self) -> None:
         plan(self)  # every run of every cell and depth validated now, before any work
+
+
+@dataclass
+class CellResult:
+    """One cell of a capability study: a task config at one width, climbed in depth."""
+
+    task: str  # the task's name
+    width: int | None  # the model's width (None: the family's default, d + n for attention_only)
+    field: str | None  # the varied field (``task.N``), or None
+    value: Any  # its value in this cell
+    max_layers: int  # the deepest depth the study would try
+    target: float
+    expected: int | None = None  # what the seed says (or a bound), shown next to the measurement
+    chance: float | None = None
+    eval_protocol: str | None = None
+    accuracies: dict[int, list[float | None]] = field(default_factory=dict)  # depth -> per seed
+    min_layers: int | None = None
+
+    @property
+    def label(self) -> str:
+        parts = [self.task] + ([f"width {self.width}"] if self.width is not None else [])
+        if self.field is not None:
+            parts.append(f"{self.field.removeprefix('task.')}={self.value}")
+        return ", ".join(parts)
 
 
 def stop_accuracy(target: float) -> float:
@@ -180,6 +207,37 @@ def study_from_mapping(raw: Any, where: str, overrides: list[str] | None = None)
                  widths=parse_widths(raw.get("widths"), f"{where}.widths"),
                  vary=parse_vary(raw.get("vary"), f"{where}.vary"),
                  expected=expected)
+
+
+# --- the rule ------------------------------------------------------------------------------------------------
+
+def seed_accuracies(store: Store, run_ids: list[str]) -> list[float | None]:
+    """Final accuracy of each run (None for a run that is not done: diverged, failed, missing)."""
+    out: list[float | None] = []
+    for run_id in run_ids:
+        run = store.get_run(run_id)
+        final = (run or {}).get("final") or {}
+        accuracy = final.get("accuracy") if run and run["status"] == "done" else None
+        out.append(None if accuracy is None or not math.isfinite(accuracy) else float(accuracy))
+    return out
+
+
+def run_info(store: Store, run_ids: list[str]) -> dict[str, Any]:
+    """Chance and evaluation protocol, from the first finished run."""
+    for run_id in run_ids:
+        final = ((store.get_run(run_id) or {}).get("final")) or {}
+        if final:
+            return {"chance": final.get("chance"), "eval_protocol": final.get("eval_protocol")}
+    return {"chance": None, "eval_protocol": None}
+
+
+def reached(accuracies: list[float | None], target: float) -> int:
+    return sum(a is not None and a >= target for a in accuracies)
+
+
+def solves(accuracies: list[float | None], target: float) -> bool:
+    """A strict majority of the seeds reach ``target``."""
+    return 2 * reached(accuracies, target) > len(accuracies)
 
 
 # --- the climb ----------------------------------------------------------------------------------------------

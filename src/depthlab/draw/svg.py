@@ -19,7 +19,7 @@ MUTED = "#656d76"
 GRID = "#e6e8eb"
 CHANCE = "#cf222e"
 
-# matplotlib's viridis at 0, 1/8, …, 1 (the paper figures use it too, see report.figures).
+# matplotlib's viridis at 0, 1/8, …, 1 (the paper figures use it too, see depthlab.draw.depth).
 _VIRIDIS = ["#440154", "#472d7b", "#3b528b", "#2c728e", "#21918c", "#28ae80", "#5ec962", "#addc30", "#fde725"]
 
 
@@ -48,7 +48,7 @@ def text_colour(background: str) -> str:
 
 
 def depth_colours(n: int) -> list[str]:
-    """One colour per depth, the same spread of viridis as ``report.figures.depth_figure``."""
+    """One colour per depth, the same spread of viridis as ``depthlab.draw.depth.depth_figure``."""
     if n <= 1:
         return [viridis(0.1)]
     return [viridis(0.1 + 0.75 * i / (n - 1)) for i in range(n)]

@@ -7,31 +7,33 @@ with a red dashed outline.
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Sequence
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from .figures import STYLE, save_figure
+from ..analysis.capability import mean_accuracy
+from ..sweep.climb import CellResult
+from .style import new_figure
 
 
-def min_depth_figure(labels: list[str], means: list[dict[int, float | None]], minimum: list[int | None],
-                     expected: list[int | None], path: Path, title: str = "",
-                     expected_label: str = "expected") -> Path:
-    """Draw and save the heat map (format by the suffix of ``path``)."""
-    depths = sorted({d for m in means for d in m} | {d for d in minimum if d} | {d for d in expected if d} | {1})
+def min_depth_figure(cells: Sequence[CellResult], title: str = "", expected_label: str = "expected") -> Figure:
+    """The heat map of the cells a capability study settled."""
+    labels = [c.label for c in cells]
+    minimum = [c.min_layers for c in cells]
+    expected = [c.expected for c in cells]
+    depths = sorted({d for c in cells for d in c.accuracies} | {d for d in minimum if d}
+                    | {d for d in expected if d} | {1})
     grid = np.full((len(labels), len(depths)), np.nan)
-    for i, row in enumerate(means):
-        for d, value in row.items():
+    for i, cell in enumerate(cells):
+        for d, accuracies in cell.accuracies.items():
+            value = mean_accuracy(accuracies)
             if value is not None:
                 grid[i, depths.index(d)] = value
-    with plt.rc_context(STYLE):
-        fig, ax = plt.subplots(figsize=(1.2 + 0.75 * len(depths) + 0.06 * max(map(len, labels), default=8),
-                                        1.1 + 0.42 * max(len(labels), 1)))
+    with new_figure(figsize=(1.2 + 0.75 * len(depths) + 0.06 * max(map(len, labels), default=8),
+                             1.1 + 0.42 * max(len(labels), 1))) as fig:
+        ax = fig.subplots()
         image = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
         for i in range(len(labels)):
             for j in range(len(depths)):
@@ -50,4 +52,5 @@ def min_depth_figure(labels: list[str], means: list[dict[int, float | None]], mi
         note = "black: minimum depth" + (f"; red dashed: {expected_label}" if any(expected) else "")
         ax.set_title(f"{title}\n{note}" if title else note, fontsize=8)
         fig.colorbar(image, ax=ax, label="accuracy (mean over seeds)", shrink=0.8)
-        return save_figure(fig, Path(path))
+        fig.tight_layout()
+    return fig

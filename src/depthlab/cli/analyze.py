@@ -1,64 +1,34 @@
 """``depthlab analyze attention|ablate|circuit|emergence``: looking inside a trained run.
 
-:func:`register` adds the ``analyze`` command group to a Typer app. Every command takes ``--json`` and then
-prints exactly one JSON object to stdout; figures go to the run's artifact folder (``<store>/artifacts/<run>/``)
-and their paths are in the JSON. User mistakes raise :class:`depthlab.errors.UserError`.
-
-Examples are drawn from the task's evaluation split with ``--seed`` (the same ones for every run of a task), or
-given with ``--example`` in ``depthlab sample`` notation (token tasks).
+Figures go to the run's artifact folder (``<store>/artifacts/<run>/``) and their paths are in the JSON. Examples
+are drawn from the task's evaluation split with ``--seed`` (the same ones for every run of a task), or given with
+``--example`` in ``depthlab sample`` notation (token tasks).
 """
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
-from depthlab.errors import UserError
-from depthlab.report.figures import save_figure
+from ..analysis.tables import Table
+from ..errors import UserError
+from .app import app
+from .common import JsonOpt, StoreOpt, emit, open_run, show
 
 analyze_app = typer.Typer(no_args_is_help=True, help="Look inside a trained run: attention maps, ablations, circuits, "
                                                      "emergence (seed 002 Appendix E, Figure 7).")
+app.add_typer(analyze_app, name="analyze")
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON object to stdout and nothing else")]
-StoreOpt = Annotated[Path | None, typer.Option("--store", help="store folder [$DEPTHLAB_STORE, ./depthlab-runs]")]
 RunArg = Annotated[str, typer.Argument(help="run id (or a unique prefix; see `depthlab runs`)")]
 SeedOpt = Annotated[int, typer.Option("--seed", min=0, help="seed of the sampled evaluation examples")]
 
 
-def _emit(obj: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(obj, allow_nan=False, default=str) + "\n")
-    sys.stdout.flush()
-
-
-def _clean(obj: Any) -> Any:
-    """NaN/inf -> None, numpy scalars -> floats, recursively (strict JSON)."""
-    from depthlab.store import to_jsonable
-
-    return to_jsonable(obj)
-
-
-def _open(store: Path | None, run: str):
-    from depthlab.analysis.runs import load_run
-    from depthlab.store import Store, default_store_path
-
-    db = Store(store or default_store_path())
-    matches = [r["id"] for r in db.find_runs() if r["id"].startswith(run)]
-    if run not in matches and len(matches) != 1:
-        raise UserError(f"run {run!r}: {'no such run' if not matches else f'{len(matches)} runs match'} in "
-                        f"store {db.root} (see `depthlab runs`)")
-    run_id = run if run in matches else matches[0]
-    return db, load_run(db, run_id)
-
-
 def _examples(run, n: int, seed: int, texts: list[str] | None):
-    from depthlab.analysis.runs import encode_example, sample_examples
-    from depthlab.tasks.base import Batch
+    from ..analysis.runs import encode_example, sample_examples
+    from ..tasks.base import Batch
 
     if texts:
         if run.task.input_dim:
@@ -75,15 +45,17 @@ def attention_cmd(run: RunArg, example: Annotated[list[str] | None, typer.Option
                       "--values", help="also put the attention values in the JSON")] = False,
                   store: StoreOpt = None, json_out: JsonOpt = False) -> None:
     """Attention maps of every layer and head, labelled with the decoded tokens (seed 001 Figure 3 style)."""
-    from depthlab.analysis.attention import attention_figure, examples_with_attention
+    from ..analysis.attention import examples_with_attention
+    from ..draw import save
+    from ..draw.attention import attention_figure
 
-    db, loaded = _open(store, run)
+    db, loaded = open_run(store, run)
     batch = _examples(loaded, n, seed, example)
     items = examples_with_attention(loaded, batch)
     out = []
     for i, item in enumerate(items):
         name = f"analysis/attention-seed{seed}-{i}.png" if not example else f"analysis/attention-example-{i}.png"
-        path = attention_figure(item, db.artifact_path(loaded.id, "figure", name), f"run {loaded.id}")
+        path = save(attention_figure([item], f"run {loaded.id}"), db.artifact_path(loaded.id, "figure", name))
         db.add_artifact(loaded.id, "figure", name, {"analysis": "attention", "text": item["text"]})
         row = {k: v for k, v in item.items() if k != "layers"}
         row["figure"] = str(path)
@@ -93,7 +65,7 @@ def attention_cmd(run: RunArg, example: Annotated[list[str] | None, typer.Option
     result = {"run": loaded.id, "step": loaded.step, "task": loaded.task.name, "examples": out,
               "figures": [r["figure"] for r in out]}
     if json_out:
-        _emit(_clean(result))
+        emit(result)
         return
     for r in out:
         Console().print(f"{r['text']}\n  figure: {r['figure']}")
@@ -105,22 +77,22 @@ def ablate_cmd(run: RunArg, head: Annotated[list[str], typer.Option(
                n: Annotated[int, typer.Option("-n", min=1, help="evaluation examples")] = 2048,
                seed: SeedOpt = 0, store: StoreOpt = None, json_out: JsonOpt = False) -> None:
     """Re-evaluate with chosen heads' patterns replaced: loss, accuracy and partial losses before and after."""
-    from depthlab.analysis.ablation import ablate, parse_ablation
+    from ..analysis.ablation import ablate, parse_ablation
 
-    _, loaded = _open(store, run)
+    _, loaded = open_run(store, run)
     patterns = dict(parse_ablation(h, loaded.model, loaded.task) for h in head)
     result = ablate(loaded.model, loaded.task, _examples(loaded, n, seed, None), patterns)
     result = {"run": loaded.id, "step": loaded.step, **result}
     if json_out:
-        _emit(_clean(result))
+        emit(result)
         return
-    table = Table("", "loss", "accuracy", *result["before"]["partial_losses"], title=f"run {loaded.id}: "
-                  + ", ".join(f"{a['head']}={a['pattern']}" for a in result["ablations"]))
+    table = Table.of("", "loss", "accuracy", *result["before"]["partial_losses"], title_justify="center",
+                     title=f"run {loaded.id}: " + ", ".join(f"{a['head']}={a['pattern']}" for a in result["ablations"]))
     for label in ("before", "after"):
         s = result[label]
         acc = "—" if s["accuracy"] is None else f"{s['accuracy']:.3f}"
         table.add_row(label, f"{s['loss']:.4f}", acc, *[f"{v:.4f}" for v in s["partial_losses"].values()])
-    Console().print(table)
+    show(table)
 
 
 @analyze_app.command("circuit")
@@ -134,11 +106,13 @@ def circuit_cmd(run: RunArg, circuit: Annotated[Path | None, typer.Argument(
                 n: Annotated[int, typer.Option("-n", min=1, help="evaluation examples")] = 1024,
                 seed: SeedOpt = 0, store: StoreOpt = None, json_out: JsonOpt = False) -> None:
     """Seed 002 Appendix E: reduce the model to a circuit's paths, then drop each path and report the loss rise."""
-    from depthlab.analysis.circuit import discover, load_circuit, validate
+    from ..analysis.circuit import discover, load_circuit, validate
+    from ..draw import save
+    from ..draw.circuit import circuit_figure
 
     if (circuit is None) == (not discover_):
         raise UserError("circuit: give a circuit file or --discover (not both)")
-    db, loaded = _open(store, run)
+    db, loaded = open_run(store, run)
     batch = _examples(loaded, n, seed, None)
     log = None
     if discover_:
@@ -153,45 +127,21 @@ def circuit_cmd(run: RunArg, circuit: Annotated[Path | None, typer.Argument(
     else:
         spec = load_circuit(circuit, loaded.model, loaded.task)
     result = validate(loaded.model, loaded.task, batch, spec)
-    figure = _circuit_figure(result, db.artifact_path(loaded.id, "figure", "analysis/circuit.png"), loaded.id)
+    figure = save(circuit_figure(result, loaded.id), db.artifact_path(loaded.id, "figure", "analysis/circuit.png"))
     db.add_artifact(loaded.id, "figure", "analysis/circuit.png", {"analysis": "circuit"})
     out = {"run": loaded.id, "step": loaded.step, "circuit_file": str(circuit), "figure": str(figure), **result}
     if log is not None:
         out["discovery"] = log
     if json_out:
-        _emit(_clean(out))
+        emit(out)
         return
-    table = Table("path", "mean attention", "loss without it", "rise",
-                  title=f"run {loaded.id}: intact loss {result['intact']['loss']:.4f}, circuit only "
-                        f"{result['circuit']['loss']:.4f}")
+    table = Table.of("path", "mean attention", "loss without it", "rise", title_justify="center",
+                     title=f"run {loaded.id}: intact loss {result['intact']['loss']:.4f}, circuit only "
+                           f"{result['circuit']['loss']:.4f}")
     for p in result["paths"]:
         table.add_row(p["path"], f"{p['attention']:.2f}", f"{p['loss_without']:.4f}", f"{p['rise']:+.4f}")
-    Console().print(table)
+    show(table)
     Console().print(f"circuit: {circuit}\nfigure: {figure}")
-
-
-def _circuit_figure(result: dict[str, Any], path: Path, run_id: str) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from depthlab.report.figures import STYLE
-
-    paths = result["paths"]
-    with plt.rc_context(STYLE):
-        fig, ax = plt.subplots(figsize=(6, 0.3 * len(paths) + 1.4))
-        ax.barh(range(len(paths)), [p["loss_without"] for p in paths], color="tab:red", alpha=0.7,
-                label="circuit without this path")
-        ax.axvline(result["circuit"]["loss"], color="black", lw=1, label="circuit only")
-        ax.axvline(result["intact"]["loss"], color="grey", ls="--", lw=1, label="intact model")
-        ax.set_yticks(range(len(paths)), [p["path"] for p in paths], fontsize=7)
-        ax.invert_yaxis()
-        ax.set_xlabel("validation loss")
-        ax.set_title(f"run {run_id}: circuit validation (seed 002 Appendix E)", fontsize=8)
-        ax.legend(frameon=False, fontsize=7)
-        save_figure(fig, path)
-    return path
 
 
 @analyze_app.command("emergence")
@@ -199,24 +149,21 @@ def emergence_cmd(run: RunArg, circuit: Annotated[Path, typer.Argument(help="cir
                   examples: Annotated[int, typer.Option(min=1, help="sequences for the mean attention")] = 32,
                   seed: SeedOpt = 1, store: StoreOpt = None, json_out: JsonOpt = False) -> None:
     """Mean attention on each path at every kept checkpoint; the first step above 0.5 (seed 002 Figure 7)."""
-    from depthlab.analysis.circuit import load_circuit
-    from depthlab.analysis.emergence import emergence, emergence_figure, emergence_table
+    from ..analysis.circuit import load_circuit
+    from ..analysis.emergence import emergence, emergence_table
+    from ..draw import save
+    from ..draw.emergence import emergence_figure
 
-    db, loaded = _open(store, run)
+    db, loaded = open_run(store, run)
     spec = load_circuit(circuit, loaded.model, loaded.task)
     result = emergence(db, loaded, spec, examples=examples, seed=seed)
-    figure = emergence_figure(result, db.artifact_path(loaded.id, "figure", "analysis/emergence.png"),
-                              f"run {loaded.id}")
+    figure = save(emergence_figure(result, f"run {loaded.id}"),
+                  db.artifact_path(loaded.id, "figure", "analysis/emergence.png"))
     db.add_artifact(loaded.id, "figure", "analysis/emergence.png", {"analysis": "emergence"})
     result["figure"] = str(figure)
     result["circuit_file"] = str(circuit)
     if json_out:
-        _emit(_clean(result))
+        emit(result)
         return
-    Console().print(emergence_table(result, f"run {loaded.id}: emergence of the circuit's paths"))
+    show(emergence_table(result, f"run {loaded.id}: emergence of the circuit's paths"))
     Console().print(f"figure: {figure}")
-
-
-def register(app: typer.Typer) -> None:
-    """Add ``depthlab analyze …`` to ``app``."""
-    app.add_typer(analyze_app, name="analyze")

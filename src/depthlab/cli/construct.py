@@ -1,25 +1,16 @@
-"""``depthlab construct``: build a theorem's construction and check it, or list them.
-
-:func:`register` adds the command to a Typer app. ``--json`` prints exactly one JSON object to stdout;
-user mistakes raise :class:`depthlab.errors.UserError` (the main CLI prints it on one line and exits 2).
-"""
+"""``depthlab construct``: build a theorem's construction and check it, or list them."""
 
 from __future__ import annotations
 
 import json
-import sys
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from depthlab.errors import UserError
-
-
-def _emit(obj: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(obj, allow_nan=False, default=str) + "\n")
-    sys.stdout.flush()
+from ..analysis.tables import Column, Table
+from ..errors import UserError
+from .app import app
+from .common import JsonOpt, emit, show
 
 
 def parse_sets(items: list[str] | None) -> dict[str, Any]:
@@ -41,32 +32,31 @@ def parse_sets(items: list[str] | None) -> dict[str, Any]:
     return out
 
 
+@app.command("construct")
 def construct(
     name: Annotated[str | None, typer.Argument(help="construction name (see --list)")] = None,
     list_: Annotated[bool, typer.Option("--list", help="list the constructions and their parameters")] = False,
     set_: Annotated[list[str] | None, typer.Option("--set", help="a parameter: --set k=4 (repeatable)")] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="print one JSON object to stdout and nothing else")] = False,
+    json_out: JsonOpt = False,
 ) -> None:
     """Build a theorem's transformer with hand-set weights and check it on the task's dataset (or --list)."""
     import torch
 
-    from depthlab.constructions.registry import listing, run
+    from ..constructions.registry import listing, run
 
     if list_:
         if name is not None:
             raise UserError("--list: takes no construction name")
         items = listing()
         if json_out:
-            _emit({"constructions": [{k: c[k] for k in ("name", "theorem", "parameters")} for c in items]})
+            emit({"constructions": [{k: c[k] for k in ("name", "theorem", "parameters")} for c in items]})
             return
-        table = Table()
-        table.add_column("name", no_wrap=True)
-        for column in ("theorem", "source", "parameters (defaults)"):
-            table.add_column(column)
+        table = Table([Column("name", no_wrap=True), Column("theorem"), Column("source"),
+                       Column("parameters (defaults)")])
         for c in items:
             table.add_row(c["name"], c["theorem"], c["source"],
                           ", ".join(f"{k}={v}" for k, v in c["parameters"].items()))
-        Console().print(table)
+        show(table)
         return
     if name is None:
         raise UserError("construction: give a name, or --list to see them")
@@ -77,9 +67,13 @@ def construct(
     finally:
         torch.set_num_threads(threads)
     if json_out:
-        _emit(result)
+        emit(result)
         return
-    console = Console()
+    _show_result(result)
+
+
+def _show_result(result: dict[str, Any]) -> None:
+    """Each key on a line of its own, then the tables of width against N and of depth against D."""
     for key, value in result.items():
         if key in ("by_kind", "rows", "constructions"):
             continue
@@ -88,24 +82,19 @@ def construct(
         text = json.dumps(value, ensure_ascii=False) if isinstance(value, list | dict) else str(value)
         print(f"{key}: {text}")
     if "constructions" in result:
-        table = Table("construction", "N", "k", "width", "η")
+        table = Table.of("construction", "N", "k", "width", "η")
         for cname, entry in result["constructions"].items():
             for r in entry["rows"]:
                 table.add_row(cname, str(r["N"]), str(r["k"]), str(r["width"]), f"{r['eta']:.2f}")
-        console.print(table)
+        show(table)
         for cname, entry in result["constructions"].items():
             fit = entry["fit_width"]
             print(f"{cname}: width ≈ {fit['slope_per_ln_N']:.2f}·ln N + {fit['intercept']:.2f} (R² {fit['r2']:.3f}); "
                   f"k ≈ {entry['fit_k']['slope_per_ln_N']:.2f}·ln N + {entry['fit_k']['intercept']:.2f}")
     if "rows" in result:
-        table = Table("D", "layers (last position holds x_D)", "⌈log3(4D+1)⌉", "layers (some position holds x_0…x_D)",
-                      "⌈log3(2D)⌉")
+        table = Table.of("D", "layers (last position holds x_D)", "⌈log3(4D+1)⌉",
+                         "layers (some position holds x_0…x_D)", "⌈log3(2D)⌉")
         for r in result["rows"]:
             table.add_row(str(r["D"]), str(r["layers_last"]), str(r["last_position_form"]), str(r["layers_any"]),
                           str(r["closed_form"]))
-        console.print(table)
-
-
-def register(app: typer.Typer) -> None:
-    """Add ``construct`` to ``app``."""
-    app.command("construct")(construct)
+        show(table)

@@ -1,32 +1,25 @@
-"""``depthlab llm-prompts`` and ``depthlab llm-bench``: seed 002 §4's prompts and benchmark.
-
-:func:`register` adds both commands to a Typer app. ``--json`` prints exactly one JSON object to stdout
-and nothing else; user mistakes raise :class:`depthlab.errors.UserError` (the main CLI prints it on one
-line and exits 2).
-"""
+"""``depthlab llm-prompts`` and ``depthlab llm-bench``: seed 002 §4's prompts and benchmark."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.table import Table
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
 
-from depthlab.errors import UserError
-from depthlab.llm.prompts import DEFAULT_CHAINS, FORMULATIONS, check_chains, check_formulation, resolve_depth
+from ..analysis.tables import Table
+from ..errors import UserError
+from ..llm.prompts import DEFAULT_CHAINS, FORMULATIONS, check_chains, check_formulation, resolve_depth
+from .app import app
+from .common import JsonOpt, console, emit, open_store, progress_bar, show
 
 _FORMULATION_HELP = ", ".join(FORMULATIONS)
 
 
-def _emit(obj: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(obj, allow_nan=False, default=str) + "\n")
-    sys.stdout.flush()
-
-
+@app.command("llm-prompts")
 def llm_prompts(
     formulation: Annotated[str, typer.Argument(help=f"one of {_FORMULATION_HELP}")],
     depth: Annotated[
@@ -36,21 +29,22 @@ def llm_prompts(
     n: Annotated[int, typer.Option("-n", min=1, help="number of prompts")] = 1,
     seed: Annotated[int, typer.Option("--seed", min=0, help="questions 0..n-1 of this seed (as llm-bench)")] = 0,
     chains: Annotated[int, typer.Option("--chains", min=1, help="interleaved chains")] = DEFAULT_CHAINS,
-    json_out: Annotated[bool, typer.Option("--json", help="print one JSON object to stdout and nothing else")] = False,
+    json_out: JsonOpt = False,
 ) -> None:
     """Seed 002 Appendix A prompts: the prompt, the correct answer and the acceptable answers."""
-    from depthlab.llm.prompts import generate_many
+    from ..llm.prompts import generate_many
 
     check_formulation(formulation)
     d = resolve_depth(formulation, depth)
     check_chains(formulation, d, chains)
     prompts = generate_many(formulation, n, seed=seed, depth=d, chains=chains)
     if json_out:
-        _emit({"prompts": [p.to_dict() for p in prompts]})
+        emit({"prompts": [p.to_dict() for p in prompts]})
         return
     sys.stdout.write("\n\n".join(p.appendix_text() for p in prompts) + "\n")
 
 
+@app.command("llm-bench")
 def llm_bench(
     model: Annotated[
         str | None, typer.Option("--model", help="local Hugging Face causal LM: a folder or a cached name")
@@ -88,14 +82,15 @@ def llm_bench(
         Path | None, typer.Option("--store", help="store folder (default: $DEPTHLAB_STORE or ./depthlab-runs)")
     ] = None,
     out: Annotated[Path | None, typer.Option("--out", help="figure file (default: in the run's artifacts)")] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="print one JSON object to stdout and nothing else")] = False,
+    json_out: JsonOpt = False,
 ) -> None:
     """Seed 002 §4: ask a language model the retrieval questions; accuracy per formulation and D.
 
     A rerun of the same command resumes: questions already answered are not asked again.
     """
-    from depthlab.llm.bench import BenchConfig, parse_depths, run_bench
-    from depthlab.store import Store, default_store_path
+    from ..draw import save
+    from ..draw.llm import accuracy_figure
+    from ..llm.bench import BenchConfig, parse_depths, run_bench
 
     if model and endpoint:
         raise UserError("--model, --endpoint: give one (--model for a local model, --endpoint for a served one)")
@@ -115,10 +110,10 @@ def llm_bench(
         temperature=temperature,
         retry_temperature=retry_temperature,
     )
-    the_store = Store(store or default_store_path())
+    the_store = open_store(store)
     runner: Any
     if endpoint:
-        from depthlab.llm.runners import EndpointRunner
+        from ..llm.runners import EndpointRunner
 
         runner = EndpointRunner(
             endpoint,
@@ -130,41 +125,33 @@ def llm_bench(
             max_new_tokens=max_new_tokens,
         )
     else:
-        from depthlab.llm.runners import HFRunner
+        from ..llm.runners import HFRunner
 
-        quiet = json_out or not Console(stderr=True).is_terminal
+        quiet = json_out or not console.is_terminal
         runner = HFRunner(model or "", max_new_tokens=max_new_tokens, batch_size=batch_size, device=device, quiet=quiet)
-    err = Console(stderr=True)
+    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn()]
     try:
-        if json_out or not err.is_terminal:
-            result = run_bench(runner, the_store, config, out=out)
-        else:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-            columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn()]
-            with Progress(*columns, console=err) as bar:
-                task = bar.add_task("questions", total=None)
-
-                def advance(done: int, total: int) -> None:
-                    bar.update(task, completed=done, total=total)
-
-                result = run_bench(runner, the_store, config, out=out, progress=advance)
+        with progress_bar(columns, "questions", None, json_out) as shown:
+            advance = None if shown is None else (
+                lambda done, total: shown[0].update(shown[1], completed=done, total=total))
+            result = run_bench(runner, the_store, config, out=out, progress=advance)
     finally:
         runner.close()
         the_store.close()
+    save(accuracy_figure(result, title=result["model"]), result["figure"])
     if json_out:
-        _emit(result)
+        emit(result)
         return
-    _print(result)
+    _show(result)
 
 
 def _pct(x: float | None) -> str:
     return "—" if x is None else f"{100 * x:.1f}"
 
 
-def _print(result: dict[str, Any]) -> None:
-    table = Table("formulation", "D", "n", "acc %", "95% CI %", "chance %", "flagged", "tries",
-                  title=f"{result['model']}: seed 002 retrieval benchmark")  # fmt: skip
+def _show(result: dict[str, Any]) -> None:
+    table = Table.of("formulation", "D", "n", "acc %", "95% CI %", "chance %", "flagged", "tries",
+                     title=f"{result['model']}: seed 002 retrieval benchmark", title_justify="center")
     rows = [(c, "—" if c["depth"] is None else str(c["depth"])) for c in result["cells"]]
     per_cell = {f["formulation"]: sum(c["formulation"] == f["formulation"] for c in result["cells"])
                 for f in result["formulations"]}  # fmt: skip
@@ -181,15 +168,7 @@ def _print(result: dict[str, Any]) -> None:
             str(row["flagged"]),
             "—" if row["mean_tries"] is None else f"{row['mean_tries']:.2f}",
         )
-    console = Console()
-    console.print(table)
-    console.print(
-        f"run {result['run_id']} in {result['store']} ({result['asked']} asked now, {result['resumed']} resumed)"
-    )
-    console.print(f"figure: {result['figure']}")
-
-
-def register(app: typer.Typer) -> None:
-    """Add ``llm-prompts`` and ``llm-bench`` to ``app``."""
-    app.command("llm-prompts")(llm_prompts)
-    app.command("llm-bench")(llm_bench)
+    show(table)
+    out = Console()
+    out.print(f"run {result['run_id']} in {result['store']} ({result['asked']} asked now, {result['resumed']} resumed)")
+    out.print(f"figure: {result['figure']}")

@@ -1,21 +1,22 @@
-"""Seed 004's figures: strength histogram, 2-D histograms of log odds, A/B powers, bleeding by neighbour rank."""
+"""Seed 004's figures: strength histogram, 2-D histograms of log odds, A/B powers, bleeding by neighbour rank; from
+the measurements of ``depthlab.induction``."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.figure import Figure
 
-from depthlab.report.figures import STYLE, save_figure
+from ..induction.measure import Bleeding, LogOddsPair, Powers
+from ..induction.study import Study
+from .style import new_figure, save
 
-from .measure import Bleeding, LogOddsPair, Powers
 
-
-def strength_figure(strengths: dict[str, np.ndarray], path: Path) -> Path:
+def strength_figure(strengths: dict[str, np.ndarray]) -> Figure:
     """Histogram of induction strengths, one overlaid distribution per model, medians dashed."""
-    with plt.rc_context(STYLE):
-        fig, ax = plt.subplots(figsize=(5.5, 3.4))
+    with new_figure(figsize=(5.5, 3.4)) as fig:
+        ax = fig.subplots()
         for name, s in strengths.items():
             line = ax.hist(s, bins=60, alpha=0.45, label=f"{name} (median {np.median(s):.2f})")[2][0]
             ax.axvline(np.median(s), color=line.get_facecolor(), ls="--", lw=1)
@@ -23,14 +24,15 @@ def strength_figure(strengths: dict[str, np.ndarray], path: Path) -> Path:
         ax.set_xlabel("induction strength: log odds of B, induction − shuffled")
         ax.set_ylabel("sequences")
         ax.legend(frameon=False, fontsize=7)
-        return save_figure(fig, path)
+        fig.tight_layout()
+    return fig
 
 
-def log_odds_figure(conditions: dict[str, LogOddsPair], path: Path, title: str = "") -> Path:
+def log_odds_figure(conditions: dict[str, LogOddsPair], title: str = "") -> Figure:
     """Seed 004 Result 1: 2-D histograms of log odds of B after shuffling (x) and before (y), one panel per
     condition (A and B random, A fixed, B fixed, both fixed); the diagonal is zero strength."""
-    with plt.rc_context(STYLE):
-        fig, axes = plt.subplots(1, len(conditions), figsize=(3.1 * len(conditions), 3.2), squeeze=False)
+    with new_figure(figsize=(3.1 * len(conditions), 3.2)) as fig:
+        axes = fig.subplots(1, len(conditions), squeeze=False)
         every = np.concatenate([np.concatenate([p.induction, p.shuffled]) for p in conditions.values()])
         lo, hi = np.percentile(every, [0.5, 99.5])
         for ax, (name, pair) in zip(axes[0], conditions.items(), strict=True):
@@ -41,13 +43,14 @@ def log_odds_figure(conditions: dict[str, LogOddsPair], path: Path, title: str =
         axes[0, 0].set_ylabel("log odds of B, induction")
         if title:
             fig.suptitle(title, fontsize=9)
-        return save_figure(fig, path)
+        fig.tight_layout()
+    return fig
 
 
-def powers_figure(p: Powers, path: Path, title: str = "") -> Path:
+def powers_figure(p: Powers, title: str = "") -> Figure:
     """Seed 004 Result 1: histograms of A power and B power over the token range, and B power against A power."""
-    with plt.rc_context(STYLE):
-        fig, (left, right) = plt.subplots(1, 2, figsize=(8, 3.3))
+    with new_figure(figsize=(8, 3.3)) as fig:
+        left, right = fig.subplots(1, 2)
         bins = np.histogram_bin_edges(np.concatenate([p.a_mean, p.b_mean]), bins=50)
         for role, values in (("A", p.a_mean), ("B", p.b_mean)):
             label = f"{role} power (mean {values.mean():.2f}, sd {values.std():.2f})"
@@ -62,14 +65,15 @@ def powers_figure(p: Powers, path: Path, title: str = "") -> Path:
         right.set_title(f"{len(p.ids)} tokens, correlation {r:.2f}", fontsize=8)
         if title:
             fig.suptitle(title, fontsize=9)
-        return save_figure(fig, path)
+        fig.tight_layout()
+    return fig
 
 
-def bleeding_figure(results: dict[str, Bleeding], path: Path) -> Path:
+def bleeding_figure(results: dict[str, Bleeding]) -> Figure:
     """Seed 004 Result 2: mean strength (± standard error) of B's r-th nearest token against r, with B itself
     (rank 0) and random tokens (dashed), one line per model."""
-    with plt.rc_context(STYLE):
-        fig, ax = plt.subplots(figsize=(5.5, 3.4))
+    with new_figure(figsize=(5.5, 3.4)) as fig:
+        ax = fig.subplots()
         for name, bl in results.items():
             ranks = np.arange(bl.near.shape[1] + 1)
             values = np.concatenate([bl.b[:, None], bl.near], axis=1)
@@ -80,4 +84,15 @@ def bleeding_figure(results: dict[str, Bleeding], path: Path) -> Path:
         ax.set_xlabel("neighbour rank of the scored token (0 = B itself); dashed: random tokens")
         ax.set_ylabel("mean induction strength")
         ax.legend(frameon=False, fontsize=7)
-        return save_figure(fig, path)
+        fig.tight_layout()
+    return fig
+
+
+def write_figures(study: Study, folder: Path, prefix: str) -> list[Path]:
+    """The four figures of one model under ``folder`` (``PREFIX-strength.png`` …)."""
+    return [
+        save(strength_figure({study.name: study.strength.strength}), folder / f"{prefix}-strength.png"),
+        save(log_odds_figure(study.conditions, study.name), folder / f"{prefix}-log-odds.png"),
+        save(powers_figure(study.powers, study.name), folder / f"{prefix}-powers.png"),
+        save(bleeding_figure({study.name: study.bleeding}), folder / f"{prefix}-bleeding.png"),
+    ]

@@ -1,0 +1,43 @@
+"""Tables as plain data: what a command or a preset shows as a table, without saying how.
+
+Analyses return a :class:`Table` of text cells; the CLI renders it with rich (``depthlab.cli.common``), a page
+could render it as HTML. Titles and captions sit at the left unless a table asks for the centre.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+Justify = Literal["left", "center", "right"]
+
+
+@dataclass(frozen=True)
+class Column:
+    header: str
+    justify: Justify = "left"
+    no_wrap: bool = False  # keep the cells on one line (names)
+
+
+@dataclass
+class Table:
+    columns: list[Column]
+    title: str | None = None
+    caption: str | None = None
+    title_justify: Justify = "left"
+    caption_justify: Justify = "left"
+    rows: list[list[str]] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, *headers: str, **options) -> Table:
+        """A table of left-aligned columns named ``headers`` (``options``: title, caption, justifications)."""
+        return cls([Column(h) for h in headers], **options)
+
+    def add_row(self, *cells: str) -> None:
+        if len(cells) != len(self.columns):
+            raise ValueError(f"a row of {len(cells)} cells in a table of {len(self.columns)} columns")
+        self.rows.append(list(cells))
+
+    @property
+    def row_count(self) -> int:
+        return len(self.rows)

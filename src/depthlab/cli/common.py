@@ -1,0 +1,137 @@
+"""What every command shares: option types, the JSON emitter, the store and run openers, progress bars, tables,
+threads, and training a list of runs with a progress bar."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table as RichTable
+
+from ..analysis.tables import Table
+from ..errors import UserError
+
+if TYPE_CHECKING:
+    from ..analysis.runs import LoadedRun
+    from ..store import Store
+
+console = Console(stderr=True)  # progress and notes; results go to stdout
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON object to stdout and nothing else")]
+StoreOpt = Annotated[Path | None, typer.Option("--store", help="store folder [$DEPTHLAB_STORE, ./depthlab-runs]")]
+SetOpt = Annotated[list[str] | None, typer.Option("--set", help="override a field: --set model.layers=2")]
+ExecutorOpt = Annotated[str, typer.Option("--executor", help="local (in this process) or ray (a Ray task per group)")]
+AddressOpt = Annotated[str | None, typer.Option(
+    "--address", help="with --executor ray: the Ray cluster (auto, HOST:6379, ray://HOST:10001); "
+                      "default: start a local Ray instance")]
+GroupSizeOpt = Annotated[int | None, typer.Option("--group-size", min=1, help="runs per batched group")]
+
+
+def emit(obj: dict[str, Any]) -> None:
+    """Print ``obj`` as one line of strict JSON (NaN and ±inf as null; anything else unknown as its text)."""
+    from ..store import to_jsonable
+
+    sys.stdout.write(json.dumps(to_jsonable(obj), allow_nan=False, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def open_store(path: Path | None) -> Store:
+    """The store at ``path``, or at ``$DEPTHLAB_STORE`` / ``./depthlab-runs``."""
+    from ..store import Store, default_store_path
+
+    return Store(path or default_store_path())
+
+
+def open_run(store: Path | None, run: str) -> tuple[Store, LoadedRun]:
+    """The store and the run ``run`` (its id or a unique prefix of it), rebuilt from its checkpoint."""
+    from ..analysis.runs import load_run
+
+    db = open_store(store)
+    matches = [r["id"] for r in db.find_runs() if r["id"].startswith(run)]
+    if run not in matches and len(matches) != 1:
+        raise UserError(f"run {run!r}: {'no such run' if not matches else f'{len(matches)} runs match'} in "
+                        f"store {db.root} (see `depthlab runs`)")
+    run_id = run if run in matches else matches[0]
+    return db, load_run(db, run_id)
+
+
+def setup_threads() -> int:
+    """Every core this process may run on, unless ``OMP_NUM_THREADS`` asks for fewer (shared machines)."""
+    import torch
+
+    threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    asked = os.environ.get("OMP_NUM_THREADS", "")
+    if asked.isdigit() and int(asked) > 0:
+        threads = min(threads, int(asked))
+    torch.set_num_threads(threads)
+    return threads
+
+
+@contextmanager
+def progress_bar(columns: list[Any], description: str, total: int | None,
+                 quiet: bool) -> Iterator[tuple[Progress, Any] | None]:
+    """A rich progress bar on stderr and its task; None under --json or when stderr is not a terminal."""
+    if quiet or not console.is_terminal:
+        yield None
+        return
+    with Progress(*columns, console=console) as bar:
+        yield bar, bar.add_task(description, total=total)
+
+
+@contextmanager
+def step_progress(total: int, description: str, quiet: bool) -> Iterator[Callable[[int], None] | None]:
+    """A progress bar over run-steps: yields ``advance(steps)``, or None when no bar is shown."""
+    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("run-steps"),
+               TimeElapsedColumn(), TimeRemainingColumn()]
+    with progress_bar(columns, description, total, quiet) as shown:
+        yield None if shown is None else (lambda n: shown[0].advance(shown[1], n))
+
+
+def check_executor(executor: str, address: str | None) -> None:
+    if executor not in ("local", "ray"):
+        raise UserError(f"--executor: must be local or ray (got {executor!r})")
+    if address and executor != "ray":
+        raise UserError("--address: only with --executor ray")
+
+
+def run_sweep(runs: list, store: Store, group_size: int | None, quiet: bool, description: str,
+              executor: str = "local", address: str | None = None, resources: Any = None) -> dict[str, Any]:
+    """Train ``runs`` (finished ones are skipped) with ``executor``, showing a progress bar over their steps."""
+    from ..sweep.local import run_local
+
+    total = sum(r.train.steps for r in runs)
+    with step_progress(total, description, quiet) as advance:
+        if executor == "ray":
+            from ..plugins import share_with_ray
+            from ..sweep.ray_executor import run_ray
+
+            share_with_ray()
+            return run_ray(runs, store, group_size=group_size, address=address, resources=resources,
+                           progress=advance)
+        return run_local(runs, store, group_size=group_size, progress=advance)
+
+
+def rich_table(table: Table) -> RichTable:
+    """``table`` as a rich table."""
+    out = RichTable(title=table.title, title_justify=table.title_justify, caption=table.caption,
+                    caption_justify=table.caption_justify)
+    for column in table.columns:
+        out.add_column(column.header, justify=column.justify, no_wrap=column.no_wrap)
+    for row in table.rows:
+        out.add_row(*row)
+    return out
+
+
+def show(*tables: Table) -> None:
+    """Print tables to stdout, one after the other."""
+    out = Console()
+    for table in tables:
+        out.print(rich_table(table))

@@ -1,0 +1,168 @@
+"""``depthlab reproduce``, ``capability`` and ``bench``: a seed's study from its preset, the minimum depth of a
+task, and the engine's throughput."""
+
+from __future__ import annotations
+
+import time
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..errors import UserError
+from .app import app
+from .common import (
+    AddressOpt,
+    ExecutorOpt,
+    GroupSizeOpt,
+    JsonOpt,
+    SetOpt,
+    StoreOpt,
+    check_executor,
+    console,
+    emit,
+    open_store,
+    run_sweep,
+    setup_threads,
+    show,
+)
+
+CAPABILITY_RECIPE = "seed001-depth"  # the capability command trains with this preset's model and train settings
+
+
+@app.command()
+def reproduce(name: Annotated[str, typer.Argument(help="preset name, e.g. seed001-depth")],
+              scale: Annotated[str, typer.Option(help="quick (minutes on a laptop) or paper (seed sizes)")] = "quick",
+              set_: SetOpt = None, store: StoreOpt = None,
+              out: Annotated[Path | None, typer.Option(help="folder for figures (default: <store>/figures)")] = None,
+              group_size: Annotated[int | None, typer.Option("--group-size", min=1)] = None,
+              json_out: JsonOpt = False) -> None:
+    """Re-run a seed's study from its preset and print its table; writes its figure."""
+    from ..report.summaries import preset_summary
+    from ..store import Store
+    from ..sweep.presets import load_preset
+
+    preset = load_preset(name, scale, set_)
+    summarize = preset_summary(preset)
+    threads = setup_threads()
+    db = open_store(store)
+    started = time.perf_counter()
+    if not json_out:
+        console.print(f"[bold]{preset.title}[/] ({preset.reproduces}), scale {scale}: {preset.size}, "
+                      f"{threads} threads. {preset.note}")
+    figure = (out or db.root / "figures") / f"{name}-{scale}.png"
+    if preset.studies:
+        summary, tables = summarize(_climb(preset.studies, db, group_size, json_out, name), figure, preset.title)
+    else:
+        run_sweep(preset.runs, db, group_size, json_out, name)
+        summary, tables = summarize(db, [Store.run_id(r.to_dict()) for r in preset.runs], figure, preset.title)
+    elapsed = time.perf_counter() - started
+    if json_out:
+        emit({"preset": name, "scale": scale, **summary, "seconds": round(elapsed, 1), "threads": threads})
+        return
+    show(*tables)
+    console.print(f"figure: {summary.get('figure')}\nstore: {db.root}  ({elapsed:.0f} s)")
+
+
+def _climb(studies, db, group_size: int | None, quiet: bool, label: str, executor: str = "local",
+           address: str | None = None) -> list:
+    """Climb each capability study in depth, training one depth's runs at a time (see sweep.climb)."""
+    from ..sweep.climb import climb
+
+    def train(configs, depth: int) -> None:
+        run_sweep(configs, db, group_size, quiet, f"{label}: {depth} layer{'s' if depth > 1 else ''}", executor,
+                  address)
+
+    session = nullcontext()
+    if executor == "ray":
+        from ..sweep.ray_executor import ray_session
+
+        session = ray_session(address)
+    with session:
+        return [cell for study in studies for cell in climb(study, db, train)]
+
+
+@app.command()
+def capability(
+        task: Annotated[str, typer.Argument(help="task name (see `depthlab tasks`; yours with --plugin)")],
+        set_: SetOpt = None,
+        model: Annotated[str, typer.Option("--model", help="model family: attention_only, transformer, …")]
+        = "attention_only",
+        layers: Annotated[str, typer.Option("--layers", help="depths to climb: 1-6 or 1,2,4")] = "1-6",
+        widths: Annotated[str | None, typer.Option("--widths", help="model.width values, e.g. 32,64 "
+                                                                     "(default: the model's own)")] = None,
+        seeds: Annotated[int, typer.Option("--seeds", min=1, max=1000, help="seeds per depth")] = 3,
+        target: Annotated[float, typer.Option("--target", help="accuracy on held-out data a seed must reach")]
+        = 0.95,
+        vary: Annotated[str | None, typer.Option("--vary", help="one field over values, e.g. task.N=20,50,100: "
+                                                                "a row per value (table and heat map)")] = None,
+        figure: Annotated[Path | None, typer.Option(help="heat map file (.png/.svg/.pdf; default: "
+                                                         "<store>/figures/capability-TASK.png)")] = None,
+        store: StoreOpt = None, group_size: GroupSizeOpt = None, executor: ExecutorOpt = "local",
+        address: AddressOpt = None, json_out: JsonOpt = False) -> None:
+    """The smallest depth at which a strict majority of seeds reach --target on held-out data, per width.
+
+    Climbs one depth at a time (every width, value and seed of a depth trained batched) and stops once every
+    row is settled; runs already in the store are reused. Training: the seed001-depth preset's settings
+    (AdamW, lr 3e-3, 300 warm-up steps, 2000 steps; attention_only with paper init, qk_scale 0.01); every
+    run stops at an accuracy halfway between the target and 1. Change any of it with --set train.steps=500.
+    """
+    from ..config import apply_overrides
+    from ..report.summaries import min_depth_summary
+    from ..sweep import climb as cap
+    from ..sweep.presets import recipe
+
+    check_executor(executor, address)
+    base = apply_overrides(cap.default_base(task, model, recipe(CAPABILITY_RECIPE)), cap.task_overrides(set_))
+    study = cap.Study(base, cap.parse_layers(layers), list(range(seeds)), cap.parse_target(target),
+                      cap.parse_widths(widths), cap.parse_vary(vary))
+    threads = setup_threads()
+    db = open_store(store)
+    started = time.perf_counter()
+    field = study.vary[0] if study.vary else None
+    if not json_out:
+        console.print(f"[bold]capability of {task}[/] ({model}): depths {layers}, {seeds} seeds, target {target:g}, "
+                      f"at most {cap.most_runs(study)} runs, {threads} threads")
+    cells = _climb([study], db, group_size, json_out, task, executor, address)
+    path = figure or db.root / "figures" / f"capability-{task}{'-' + field if field else ''}.png"
+    summary, tables = min_depth_summary(cells, path, f"{task} ({model})")
+    elapsed = time.perf_counter() - started
+    if json_out:
+        emit({"task": task, "model": model, "target": study.target, "layers": study.layers, "seeds": study.seeds,
+              "vary": field, **summary, "seconds": round(elapsed, 1), "threads": threads, "store": str(db.root)})
+        return
+    show(*tables)
+    console.print(f"figure: {summary['figure']}\nstore: {db.root}  ({elapsed:.0f} s)")
+
+
+@app.command()
+def bench(runs: Annotated[str, typer.Option(help="group sizes to measure, comma-separated")] = "1,4,16,64",
+          case: Annotated[list[str] | None, typer.Option(help="icqa-quick, icqa-paper or retrieval")] = None,
+          seconds: Annotated[float, typer.Option(min=0.1, help="minimum seconds per measurement")] = 1.0,
+          rounds: Annotated[int, typer.Option(min=1, help="interleaved repetitions; rates are their medians")] = 3,
+          json_out: JsonOpt = False) -> None:
+    """Measure the batched engine against a plain loop and the machine's peak (see benchmarks/)."""
+    from ..train.throughput import CASES, run_benchmark
+
+    known = [c.name for c in CASES]
+    for name in case or []:
+        if name not in known:
+            raise UserError(f"--case: unknown case {name!r}; allowed: {', '.join(known)}")
+    try:
+        counts = [int(x) for x in runs.split(",")]
+    except ValueError:
+        raise UserError(f"--runs: expected comma-separated integers, e.g. 1,4,16 (got {runs!r})") from None
+    if not counts or min(counts) < 1:
+        raise UserError(f"--runs: group sizes must be positive integers (got {runs!r})")
+    threads = setup_threads()
+    show_row = None if json_out else (lambda row: console.print(
+        f"{row['name']:<11} {row['precision']} R={row['runs']:<3} plain {row['plain_examples_per_s']:>10,.0f}/s "
+        f"engine {row['engine_examples_per_s']:>10,.0f}/s  ×{row['speedup']:<6} "
+        f"{row['fraction_of_peak']:.0%} of peak  data {row['data_fraction']:.1%}"))
+    result = run_benchmark(counts, case, seconds, progress=show_row, rounds=rounds)
+    if json_out:
+        emit(result)
+        return
+    console.print(f"peak fp32 {result['peak_gflops']} GFLOP/s, bf16 {result['peak_gflops_bf16']} GFLOP/s, "
+                  f"{threads} threads")

@@ -1,0 +1,158 @@
+"""``depthlab tasks``, ``sample``, ``train``, ``sweep`` and ``runs``: the tasks, their examples, training, the store."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from ..analysis.tables import Table
+from ..errors import UserError
+from .app import app
+from .common import (
+    AddressOpt,
+    ExecutorOpt,
+    JsonOpt,
+    SetOpt,
+    StoreOpt,
+    check_executor,
+    emit,
+    open_store,
+    run_sweep,
+    setup_threads,
+    show,
+)
+
+
+@app.command()
+def tasks(json_out: JsonOpt = False) -> None:
+    """Every task with its parameters, defaults and the seed section it comes from."""
+    from ..tasks import TASKS
+
+    items = []
+    for name, cls in sorted(TASKS.items()):
+        params = {f: {"default": info.default, "type": str(info.annotation).replace("typing.", ""),
+                      "description": info.description or ""} for f, info in cls.model_fields.items()}
+        items.append({"name": name, "section": cls.section, "summary": cls.summary,
+                      "eval_protocol": cls.eval_protocol, "parameters": params})
+    if json_out:
+        emit({"tasks": items})
+        return
+    table = Table.of("task", "seed section", "parameters (defaults)", "summary")
+    for item in items:
+        params = ", ".join(f"{k}={v['default']}" for k, v in item["parameters"].items())
+        table.add_row(item["name"], item["section"], params, item["summary"])
+    show(table)
+
+
+@app.command()
+def sample(task: Annotated[str, typer.Argument(help="task name (see `depthlab tasks`)")],
+           set_: SetOpt = None, n: Annotated[int, typer.Option("-n", min=1, help="number of examples")] = 5,
+           seed: Annotated[int, typer.Option("--seed", min=0)] = 0,
+           split: Annotated[str, typer.Option("--split", help="train or eval")] = "train",
+           json_out: JsonOpt = False) -> None:
+    """Examples of a task as text, in the notation of seed 001 Table 1."""
+    import numpy as np
+
+    from ..config import apply_overrides, parse_run
+
+    if split not in ("train", "eval"):
+        raise UserError(f"--split: must be train or eval (got {split!r})")
+    overrides = [s if s.startswith("task.") else f"task.{s}" for s in (set_ or [])]
+    config = parse_run(apply_overrides({"task": {"name": task}}, overrides))
+    spec = config.task
+    batch = spec.sample(n, np.random.default_rng(seed), split)
+    examples = []
+    for i in range(len(batch)):
+        tokens, target = spec.example_tokens(batch, i)
+        examples.append({"input": tokens, "target": target, "text": spec.decode(batch, i)})
+    if json_out:
+        emit({"task": spec.name, "parameters": spec.model_dump(mode="json"), "split": split, "examples": examples})
+        return
+    for ex in examples:
+        print(ex["text"])
+
+
+def _load_config(path: Path, overrides: list[str] | None) -> dict[str, Any]:
+    from ..config import apply_overrides, load_yaml
+
+    return apply_overrides(load_yaml(path), overrides or [])
+
+
+@app.command()
+def train(config: Annotated[Path, typer.Argument(help="run file (YAML)")], set_: SetOpt = None,
+          store: StoreOpt = None, json_out: JsonOpt = False) -> None:
+    """Train one run from a run file."""
+    from ..config import parse_run
+    from ..store import Store
+
+    raw = _load_config(config, set_)
+    if "sweep" in raw:
+        raise UserError("sweep: this is a sweep file; use `depthlab sweep` (or remove the sweep section)")
+    run = parse_run(raw)
+    threads = setup_threads()
+    db = open_store(store)
+    results = run_sweep([run], db, 1, json_out, "training")
+    run_id = Store.run_id(run.to_dict())
+    record = db.get_run(run_id)
+    out = {"id": run_id, "status": record["status"], "metrics": results.get(run_id), "threads": threads,
+           "store": str(db.root)}
+    if json_out:
+        emit(out)
+    else:
+        Console().print(f"run {run_id}: {record['status']}  {json.dumps(results.get(run_id))}")
+
+
+@app.command()
+def sweep(config: Annotated[Path, typer.Argument(help="sweep file (YAML): a run file plus `sweep:`")],
+          set_: SetOpt = None, store: StoreOpt = None,
+          group_size: Annotated[int | None, typer.Option("--group-size", min=1, help="runs per batched group")] = None,
+          executor: ExecutorOpt = "local", address: AddressOpt = None, json_out: JsonOpt = False) -> None:
+    """Train every run of a grid (finished runs are skipped), grouping runs of equal shapes."""
+    from ..config import expand_sweep, parse_resources
+    from ..store import Store
+
+    check_executor(executor, address)
+    raw = _load_config(config, set_)
+    runs = expand_sweep(raw)
+    resources = parse_resources(raw)
+    threads = setup_threads()
+    db = open_store(store)
+    results = run_sweep(runs, db, group_size, json_out, "sweep", executor, address, resources)
+    ids = [Store.run_id(r.to_dict()) for r in runs]
+    rows = [{"id": i, "status": db.get_run(i)["status"], "metrics": results.get(i)} for i in ids]
+    if json_out:
+        emit({"runs": rows, "threads": threads, "store": str(db.root)})
+        return
+    _show_runs(_rows_from_store(db, ids))
+
+
+def _rows_from_store(db, ids: list[str] | None = None, status: str | None = None, task: str | None = None):
+    records = db.find_runs(status=status, task=task, ids=ids)
+    return [{"id": r["id"], "task": r["task"], "model": r["model"], "status": r["status"], "step": r["step"],
+             "seed": r["config"].get("seed"), "layers": r["config"]["model"].get("layers"),
+             "metrics": r["final"] or {}} for r in records]
+
+
+def _show_runs(rows: list[dict[str, Any]]) -> None:
+    table = Table.of("id", "task", "model", "layers", "seed", "status", "step", "accuracy")
+    for r in rows:
+        acc = r["metrics"].get("accuracy")
+        table.add_row(r["id"], r["task"], r["model"], str(r["layers"]), str(r["seed"]), r["status"],
+                      str(r["step"]), f"{acc:.3f}" if acc is not None else "—")
+    show(table)
+
+
+@app.command()
+def runs(store: StoreOpt = None, status: Annotated[str | None, typer.Option(help="only runs with this status")] = None,
+         task: Annotated[str | None, typer.Option(help="only runs of this task")] = None,
+         json_out: JsonOpt = False) -> None:
+    """List the runs in a store."""
+    rows = _rows_from_store(open_store(store), status=status, task=task)
+    if json_out:
+        emit({"runs": rows})
+        return
+    _show_runs(rows)

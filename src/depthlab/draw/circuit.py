@@ -1,0 +1,28 @@
+"""Seed 002 Appendix E: the loss of a circuit without each of its paths; from
+``depthlab.analysis.circuit.validate``'s result."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from matplotlib.figure import Figure
+
+from .style import new_figure
+
+
+def circuit_figure(result: dict[str, Any], run_id: str) -> Figure:
+    """A bar per path (the circuit's loss without it) against the circuit's and the intact model's loss."""
+    paths = result["paths"]
+    with new_figure(figsize=(6, 0.3 * len(paths) + 1.4)) as fig:
+        ax = fig.subplots()
+        ax.barh(range(len(paths)), [p["loss_without"] for p in paths], color="tab:red", alpha=0.7,
+                label="circuit without this path")
+        ax.axvline(result["circuit"]["loss"], color="black", lw=1, label="circuit only")
+        ax.axvline(result["intact"]["loss"], color="grey", ls="--", lw=1, label="intact model")
+        ax.set_yticks(range(len(paths)), [p["path"] for p in paths], fontsize=7)
+        ax.invert_yaxis()
+        ax.set_xlabel("validation loss")
+        ax.set_title(f"run {run_id}: circuit validation (seed 002 Appendix E)", fontsize=8)
+        ax.legend(frameon=False, fontsize=7)
+        fig.tight_layout()
+    return fig
