@@ -25,6 +25,7 @@ import numpy as np
 from ..constructions.seed002 import closed_form
 from ..store import Store
 from ..sweep.climb import CellResult, reached
+from .runs import group_runs
 from .tables import Column, Table
 
 
@@ -39,15 +40,8 @@ def _label(config: dict[str, Any]) -> str:
 
 def capability_rows(store: Store, run_ids: list[str]) -> list[dict[str, Any]]:
     """One row per (task config, model config without seed), in the order the runs are given."""
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for run_id in run_ids:
-        run = store.get_run(run_id)
-        if run is None:
-            continue
-        config = dict(run["config"])
-        config.pop("seed", None)
-        key = json.dumps({"task": config["task"], "model": config["model"]}, sort_keys=True)
-        groups.setdefault(key, []).append(run)
+    groups = group_runs(store, run_ids, lambda run: json.dumps(
+        {"task": run["config"]["task"], "model": run["config"]["model"]}, sort_keys=True))
     rows = []
     for runs in groups.values():
         config = runs[0]["config"]

@@ -36,7 +36,7 @@ from ..models import TaskShapes, build_model
 from ..store import Store
 from .ablation import capture, score
 from .circuit import Circuit, discover, path_attention, validate
-from .runs import LoadedRun, load_run, sample_examples
+from .runs import LoadedRun, group_runs, load_run, sample_examples
 from .tables import Column, Table
 
 PARTIAL_EXAMPLES = 4096  # fresh evaluation examples for partial losses measured on a checkpoint
@@ -241,15 +241,12 @@ def run_partial_losses(store: Store, run_id: str, final: dict[str, Any]) -> dict
 
 def layers_rows(store: Store, run_ids: list[str]) -> list[dict[str, Any]]:
     """One row per (formulation, D, layers): final loss and partial losses, mean over seeds."""
-    groups: dict[tuple, list[dict[str, Any]]] = {}
-    for run_id in run_ids:
-        run = store.get_run(run_id)
-        if run is None:
-            continue
+    def key(run: dict[str, Any]) -> tuple:
         task, model = run["config"]["task"], run["config"]["model"]
-        key = (task.get("target", "ic"), task.get("D"), model.get("layers"),
-               json.dumps({k: v for k, v in model.items() if k != "layers"}, sort_keys=True))
-        groups.setdefault(key, []).append(run)
+        return (task.get("target", "ic"), task.get("D"), model.get("layers"),
+                json.dumps({k: v for k, v in model.items() if k != "layers"}, sort_keys=True))
+
+    groups = group_runs(store, run_ids, key)
     rows = []
     for (formulation, depth, layers, _), runs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
         done = [r for r in runs if r["status"] == "done" and r["final"]]

@@ -11,6 +11,7 @@ pickle; the optimizer state is dropped). ``attention_maps`` runs chosen examples
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -238,3 +239,13 @@ def select_runs(store: Store, text: str | None = None) -> list[dict[str, Any]]:
         else:
             runs = [r for r in runs if (a := _field(r, field)) is not _MISSING and any(_same(a, v) for v in values)]
     return runs
+
+
+def group_runs(store: Store, run_ids: list[str], key: Callable[[dict[str, Any]], Hashable]) -> dict[Any, list[dict]]:
+    """The store records of ``run_ids`` (missing ones skipped) grouped by ``key(record)``, in first-seen order."""
+    groups: dict[Any, list[dict[str, Any]]] = {}
+    for run_id in run_ids:
+        record = store.get_run(run_id)
+        if record is not None:
+            groups.setdefault(key(record), []).append(record)
+    return groups

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import importlib
-import json
 import pkgutil
 import re
 from collections.abc import Callable
@@ -38,11 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ..draw.svg import esc
 from ..errors import UserError
-from ..store import Store, atomic_write_bytes
+from ..store import Store, atomic_write_bytes, to_json
 from .assets import CSS, JS
 
 Progress = Callable[[str, int, int], None]  # (what is being done, units done, units in all)
@@ -148,22 +145,8 @@ class ReportContext:
 
 def _json_for_script(obj: Any) -> str:
     """JSON safe inside ``<script type="application/json">`` (no ``</script>``, no ``<!--``)."""
-    text = json.dumps(_plain(obj), allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+    text = to_json(obj, separators=(",", ":"), ensure_ascii=False)
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-
-
-def _plain(obj: Any) -> Any:
-    if isinstance(obj, float):
-        return obj if np.isfinite(obj) else None
-    if isinstance(obj, np.ndarray):
-        return _plain(obj.tolist())
-    if isinstance(obj, np.generic):
-        return _plain(obj.item())
-    if isinstance(obj, dict):
-        return {str(k): _plain(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_plain(v) for v in obj]
-    return obj
 
 
 def _version() -> str:
