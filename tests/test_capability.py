@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 import depthlab.cli as cli_module
 from depthlab import plugins
 from depthlab.cli import app
-from depthlab.constructions.seed002 import closed_form as log3_bound
+from depthlab.constructions.information_flow import closed_form as log3_bound
 from depthlab.errors import UserError
 from depthlab.models import MODELS
 from depthlab.store import Store

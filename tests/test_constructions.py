@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from depthlab.constructions import seed001
+from depthlab.constructions import attention_only
 from depthlab.constructions.registry import evaluate, make_task
 from depthlab.models.attention_only import AttentionOnly
 
@@ -22,7 +22,7 @@ def check(model, task, examples=3000, expect_exhaustive=True):
 @pytest.mark.parametrize("n_words,length,N", [(2, 1, 2), (4, 2, 16), (8, 3, 64), (10, 5, 300)])
 def test_theorem1_memorization(n_words, length, N):
     task = make_task("memorization", n_words=n_words, length=length, n_examples=N)
-    model = seed001.memorization_model(task)
+    model = attention_only.memorization_model(task)
     n, d = task.seq_len, len(task.vocab)
     assert isinstance(model, AttentionOnly)
     assert model.layers == 1 and model.spec.heads_per_layer == [n] and model.width == max(n * d, d + n)
@@ -32,7 +32,7 @@ def test_theorem1_memorization(n_words, length, N):
 @pytest.mark.parametrize("k,n_q,n_a", [(1, 3, 3), (2, 2, 2), (2, 4, 3), (3, 4, 4), (4, 4, 4), (5, 5, 5)])
 def test_theorem3_icqa_exhaustive(k, n_q, n_a):
     task = make_task("icqa", k=k, n_q=n_q, n_a=n_a)
-    model = seed001.icqa_model(task)
+    model = attention_only.icqa_model(task)
     assert model.layers == 2 and model.spec.heads_per_layer == [1, 1]
     assert model.width == len(task.vocab) + task.seq_len  # d' = d + n
     assert check(model, task)["examples"] == task.dataset_size()
@@ -41,13 +41,13 @@ def test_theorem3_icqa_exhaustive(k, n_q, n_a):
 @pytest.mark.parametrize("k", [6, 8])
 def test_theorem3_icqa_large_k_sampled(k):
     task = make_task("icqa", k=k, n_q=12, n_a=10)
-    check(seed001.icqa_model(task), task, examples=2000, expect_exhaustive=False)
+    check(attention_only.icqa_model(task), task, examples=2000, expect_exhaustive=False)
 
 
 @pytest.mark.parametrize("l,n_symbols", [(1, 2), (2, 3), (3, 4), (4, 5), (5, 5), (6, 6)])
 def test_theorem5_template_exhaustive(l, n_symbols):
     task = make_task("template", l=l, n_symbols=n_symbols, eval_fraction=0.0)
-    model = seed001.template_model(task)
+    model = attention_only.template_model(task)
     assert model.layers == 2 and model.spec.heads_per_layer == [1, 1]
     assert model.width == len(task.vocab) + task.seq_len + l
     result = check(model, task)
@@ -58,14 +58,14 @@ def test_theorem5_template_codes_distinct_up_to_l8():
     from depthlab.tasks.templates_common import all_templates
 
     for l in range(1, 9):
-        codes = seed001.template_codes(all_templates(l, l))
+        codes = attention_only.template_codes(all_templates(l, l))
         assert len({tuple(c) for c in codes}) == len(codes)  # Bell(l) templates, Bell(l) codes
 
 
 def test_theorem5_refuses_shared_labels():
     task = make_task("template", l=3, n_symbols=4, eval_fraction=0.0, n_classes=2)
     with pytest.raises(ValueError, match="n_classes"):
-        seed001.template_model(task)
+        attention_only.template_model(task)
 
 
 @pytest.mark.parametrize("k,l,n_symbols,n_a,templates", [
@@ -73,7 +73,7 @@ def test_theorem5_refuses_shared_labels():
 ])
 def test_theorem6_ictm_exhaustive(k, l, n_symbols, n_a, templates):
     task = make_task("ictm", k=k, l=l, n_symbols=n_symbols, n_a=n_a, eval_fraction=0.0, templates=templates)
-    model = seed001.ictm_model(task)
+    model = attention_only.ictm_model(task)
     assert model.layers == 3 and model.spec.heads_per_layer == [1, 1, 2 * l]
     assert model.width == len(task.vocab) + task.seq_len + l + 2  # d' = d + n + l + 2
     check(model, task)
@@ -82,24 +82,24 @@ def test_theorem6_ictm_exhaustive(k, l, n_symbols, n_a, templates):
 @pytest.mark.parametrize("k,l,n_symbols", [(4, 4, 6), (3, 5, 7), (2, 6, 8)])
 def test_theorem6_ictm_larger_sampled(k, l, n_symbols):
     task = make_task("ictm", k=k, l=l, n_symbols=n_symbols, n_a=6, eval_fraction=0.0)
-    check(seed001.ictm_model(task), task, examples=1500, expect_exhaustive=False)
+    check(attention_only.ictm_model(task), task, examples=1500, expect_exhaustive=False)
 
 
 def test_theorem6_first_layer_is_the_trainers_initialisation():
     """Theorem 6's layer 1 is exactly ``block_parse_layer`` (the trainer's IC-TM first layer)."""
     task = make_task("ictm", k=2, l=3, n_symbols=4, n_a=3, eval_fraction=0.0)
-    model = seed001.ictm_model(task)
+    model = attention_only.ictm_model(task)
     d, n = len(task.vocab), task.seq_len
-    w_qk, w_v = seed001.block_parse_layer(task.k, task.l).build(d, n, model.width)
+    w_qk, w_v = attention_only.block_parse_layer(task.k, task.l).build(d, n, model.width)
     assert torch.equal(model.param("blocks.0.attn.W_QK")[0, 0], w_qk.double())
     assert torch.equal(model.param("blocks.0.attn.W_V")[0, 0], w_v.double())
-    assert seed001.block_parse_layer(task.k, task.l).extra_width == model.width - d - n
+    assert attention_only.block_parse_layer(task.k, task.l).extra_width == model.width - d - n
 
 
 def test_theorem3_first_layer_is_the_trainers_initialisation():
     task = make_task("icqa", k=3, n_q=4, n_a=4)
-    model = seed001.icqa_model(task)
-    w_qk, w_v = seed001.copy_layer(3).build(len(task.vocab), task.seq_len, model.width)
+    model = attention_only.icqa_model(task)
+    w_qk, w_v = attention_only.copy_layer(3).build(len(task.vocab), task.seq_len, model.width)
     assert torch.equal(model.param("blocks.0.attn.W_QK")[0, 0], w_qk.double())
     assert torch.equal(model.param("blocks.0.attn.W_V")[0, 0], w_v.double())
 
@@ -107,7 +107,7 @@ def test_theorem3_first_layer_is_the_trainers_initialisation():
 def test_constructions_are_ordinary_models():
     """They capture attention, accept overrides (ablations) and train like any model."""
     task = make_task("icqa", k=2, n_q=3, n_a=3)
-    model = seed001.icqa_model(task)
+    model = attention_only.icqa_model(task)
     batch = task.enumerate()
     x = torch.as_tensor(batch.inputs)[None]
     out = model(x, capture=True)
@@ -121,14 +121,14 @@ def test_constructions_are_ordinary_models():
 
 
 def test_paper_typos_documented_in_docstrings():
-    for fn in (seed001.template_model, seed001.ictm_model):
+    for fn in (attention_only.template_model, attention_only.ictm_model):
         assert "Fixes to" in fn.__doc__
 
 
 def test_ictm_layer1_template_rows():
     """After layer 1, symbol position o of a block holds row o of its template's equality matrix."""
     task = make_task("ictm", k=2, l=3, n_symbols=4, n_a=3, eval_fraction=0.0)
-    model = seed001.ictm_model(task)
+    model = attention_only.ictm_model(task)
     batch = task.sample(50, np.random.default_rng(0), "all")
     d, n = len(task.vocab), task.seq_len
     with torch.no_grad():

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from depthlab.constructions import impossibility, seed001, seed002
+from depthlab.constructions import attention_only, impossibility, information_flow
 from depthlab.constructions.registry import make_task
 from depthlab.models import TaskShapes, build_model
 from depthlab.models.attention_only import AttentionOnlySpec
@@ -74,7 +74,7 @@ def test_relation_is_not_vacuous():
     """Two layers break it (Theorem 3's model), and so does a perturbed set that is not dependent."""
     task = make_task("icqa", k=2, n_q=2, n_a=2)
     dep = impossibility.dependent_set(task)
-    model = seed001.icqa_model(task)
+    model = attention_only.icqa_model(task)
     outputs = model(torch.as_tensor(dep.batch.inputs)[None]).outputs[0].detach().numpy()
     assert np.abs(dep.coefficients @ outputs).max() > 1.0
     with pytest.raises(ValueError, match="single-layer"):
@@ -195,24 +195,25 @@ def test_training_with_the_engine_never_beats_three_quarters(tmp_path):
 
 def test_information_flow_closed_forms_d_1_to_100():
     for D in range(1, 101):
-        r = seed002.simulate(D, N=2, seed=D)
-        assert r["layers_any"] == seed002.closed_form(D) == int(np.ceil(np.log(2 * D) / np.log(3) - 1e-12))
-        assert r["layers_last"] == seed002.last_position_form(D)
-        assert seed002.closed_form(D) <= r["layers_last"] <= seed002.closed_form(D) + 1  # Theorem 1 holds
+        r = information_flow.simulate(D, N=2, seed=D)
+        assert r["layers_any"] == information_flow.closed_form(D) == int(np.ceil(np.log(2 * D) / np.log(3) - 1e-12))
+        assert r["layers_last"] == information_flow.last_position_form(D)
+        bound = information_flow.closed_form(D)
+        assert bound <= r["layers_last"] <= bound + 1  # Theorem 1 holds
         # Lemma 3: after t layers a position holds at most 3^t + 1 consecutive pieces, and that is reached
         for t, run in enumerate(r["longest_chain_run"]):
             assert run == min(3**t + 1, 2 * D + 1)
 
 
 def test_information_flow_on_the_sequence():
-    seq = seed002.retrieval_sequence(3, N=2, seed=0)
+    seq = information_flow.retrieval_sequence(3, N=2, seed=0)
     assert len(seq.tokens) == 2 * (2 * 3 + 1)
     assert seq.tokens[seq.last] == seq.chain_tokens[0]
     # x_k occurs twice for 0 ≤ k < D, x_D once
     counts = np.bincount(seq.tokens)
     assert counts[seq.chain_tokens[:-1]].tolist() == [2, 2, 2] and counts[seq.target_token] == 1
     # induction (D = 1) needs two layers in this model
-    assert seed002.simulate(1)["layers_last"] == 2
+    assert information_flow.simulate(1)["layers_last"] == 2
 
 
 def test_information_flow_on_the_retrieval_task():
@@ -222,6 +223,6 @@ def test_information_flow_on_the_retrieval_task():
     if "retrieval" not in TASKS:
         pytest.skip("no retrieval task")
     for D in (1, 2, 3, 5, 13, 14, 40, 41):
-        r = seed002.simulate_task(D, N=3, seed=D)
-        assert r["layers_any"] == seed002.closed_form(D)
-        assert r["layers_last"] == seed002.last_position_form(D)
+        r = information_flow.simulate_task(D, N=3, seed=D)
+        assert r["layers_any"] == information_flow.closed_form(D)
+        assert r["layers_last"] == information_flow.last_position_form(D)

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ..constructions.seed002 import closed_form
+from ..constructions.information_flow import closed_form
 from ..store import Store
 from ..sweep.climb import CellResult, reached
 from .runs import group_runs

@@ -106,7 +106,7 @@ def _model_result(name: str, params: dict[str, Any], task, build: Callable) -> d
               "1 layer, n heads, d' = max(nd, d+n): memorises N sequences with distinct labels",
               {"N": 64, "n_words": 8, "length": 3, "data_seed": 0})
 def _memorization(p: dict[str, Any]) -> dict[str, Any]:
-    from .seed001 import memorization_model
+    from .attention_only import memorization_model
 
     task = make_task("memorization", n_words=p["n_words"], length=p["length"], n_examples=p["N"],
                      data_seed=p["data_seed"])
@@ -117,7 +117,7 @@ def _memorization(p: dict[str, Any]) -> dict[str, Any]:
               "2 layers, 1 head, d' = d+n: copy–matching solves in-context QA",
               {"k": 3, "n_q": 6, "n_a": 6, "examples": 20_000, "seed": 0})
 def _icqa(p: dict[str, Any]) -> dict[str, Any]:
-    from .seed001 import icqa_model
+    from .attention_only import icqa_model
 
     task = make_task("icqa", k=p["k"], n_q=p["n_q"], n_a=p["n_a"])
     return _model_result("seed001-icqa", p, task, icqa_model)
@@ -127,7 +127,7 @@ def _icqa(p: dict[str, Any]) -> dict[str, Any]:
               "2 layers, 1 head, d' = d+n+l: parse–mapping (ternary codes) solves template matching",
               {"l": 4, "n_symbols": 8, "examples": 20_000, "seed": 0})
 def _template(p: dict[str, Any]) -> dict[str, Any]:
-    from .seed001 import template_model
+    from .attention_only import template_model
 
     task = make_task("template", l=p["l"], n_symbols=p["n_symbols"], eval_fraction=0.0)
     return _model_result("seed001-template", p, task, template_model)
@@ -137,7 +137,7 @@ def _template(p: dict[str, Any]) -> dict[str, Any]:
               "3 layers, heads [1, 1, 2l], d' = d+n+l+2: parsing–copying–matching solves IC-TM",
               {"k": 2, "l": 3, "n_symbols": 3, "n_a": 3, "examples": 20_000, "seed": 0})
 def _ictm(p: dict[str, Any]) -> dict[str, Any]:
-    from .seed001 import ictm_model
+    from .attention_only import ictm_model
 
     task = make_task("ictm", k=p["k"], l=p["l"], n_symbols=p["n_symbols"], n_a=p["n_a"], eval_fraction=0.0)
     return _model_result("seed001-ictm", p, task, ictm_model)
@@ -180,7 +180,7 @@ def _one_layer_bound(p: dict[str, Any]) -> dict[str, Any]:
               "information-flow simulator: least layers for the last position to hold x_D vs ⌈log3(2D)⌉",
               {"D": 10, "N": 4, "seed": 0, "D_max": 0, "sequence": "builtin"})
 def _information_flow(p: dict[str, Any]) -> dict[str, Any]:
-    from .seed002 import last_position_form, simulate, simulate_task
+    from .information_flow import last_position_form, simulate, simulate_task
 
     started = time.perf_counter()
     if p["D"] < 1 or p["N"] < 1:
@@ -212,7 +212,7 @@ def _information_flow(p: dict[str, Any]) -> dict[str, Any]:
 FORWARD_LIMIT = 2000  # above this N the forward pass (all N² attention scores per example) is skipped
 
 
-def _seed003_result(name: str, p: dict[str, Any], build, certify, exact, forward) -> dict:
+def _certified_result(name: str, p: dict[str, Any], build, certify, exact, forward) -> dict:
     """Build the model for the parameter k (searched with ``smallest_k()`` when it is 0), certify it, run it.
 
     ``build`` is ``(smallest_k, model_of_k)``; ``exact(certificate)`` says whether the certificate holds.
@@ -242,14 +242,14 @@ def _seed003_result(name: str, p: dict[str, Any], build, certify, exact, forward
               "1 softmax layer, width O(log N) via nearly orthogonal vectors (Lemma 2): index lookup",
               {"N": 100, "k": 0, "n_symbols": 4, "eta": 0, "examples": 64, "seed": 0})
 def _index_lookup(p: dict[str, Any]) -> dict[str, Any]:
-    from .seed003 import certify_index_lookup, index_lookup_model, run_index_lookup, smallest_index_lookup_width
+    from .log_width import certify_index_lookup, index_lookup_model, run_index_lookup, smallest_index_lookup_width
 
     if p["N"] < 1 or p["n_symbols"] < 2 or p["k"] < 0:
         raise UserError(f"N, n_symbols, k: need N ≥ 1, n_symbols ≥ 2, k ≥ 0 (got {p['N']}, {p['n_symbols']}, {p['k']})")
     eta = p["eta"] or None
     build = (lambda: smallest_index_lookup_width(p["N"], p["n_symbols"], eta, p["seed"])["k"],
              lambda k: index_lookup_model(p["N"], k, p["n_symbols"], eta, p["seed"]))
-    return _seed003_result("seed003-index-lookup", p, build, certify_index_lookup,
+    return _certified_result("seed003-index-lookup", p, build, certify_index_lookup,
                            lambda cert: cert["min_margin"] > 0, run_index_lookup)
 
 
@@ -257,20 +257,20 @@ def _index_lookup(p: dict[str, Any]) -> dict[str, Any]:
               "2 softmax layers with an MLP, width O(log N): equality of the two halves of N bits",
               {"N": 64, "k": 0, "examples": 64, "seed": 0})
 def _equality(p: dict[str, Any]) -> dict[str, Any]:
-    from .seed003 import certify_equality, equality_model, run_equality, smallest_equality_width
+    from .log_width import certify_equality, equality_model, run_equality, smallest_equality_width
 
     if p["N"] < 2 or p["N"] % 2 or p["k"] < 0:
         raise UserError(f"N: must be even and at least 2, and k ≥ 0 (got N={p['N']}, k={p['k']})")
     build = (lambda: smallest_equality_width(p["N"], p["seed"])["k"],
              lambda k: equality_model(p["N"], k, seed=p["seed"]))
-    return _seed003_result("seed003-equality", p, build, certify_equality, lambda cert: cert["exact"], run_equality)
+    return _certified_result("seed003-equality", p, build, certify_equality, lambda cert: cert["exact"], run_equality)
 
 
 @construction("seed003-nearest-neighbor", "Theorem 7 (seed 003)", "seed 003 §5.2, Appendix G.2",
               "2 softmax layers with a clamp MLP, width O(log N) at a fixed margin γ: nearest neighbour",
               {"N": 4, "d": 16, "gamma": 0.5, "k": 0, "examples": 64, "seed": 0})
 def _nearest_neighbor(p: dict[str, Any]) -> dict[str, Any]:
-    from .seed003_nn import (
+    from .nearest_neighbor import (
         certify_nearest_neighbor,
         nearest_neighbor_model,
         run_nearest_neighbor,
@@ -282,7 +282,7 @@ def _nearest_neighbor(p: dict[str, Any]) -> dict[str, Any]:
                         f"d={p['d']}, gamma={p['gamma']}, k={p['k']})")
     build = (lambda: smallest_nearest_neighbor_width(p["N"], p["d"], p["gamma"], p["seed"])["k"],
              lambda k: nearest_neighbor_model(p["N"], k, p["d"], p["gamma"], p["seed"]))
-    return _seed003_result("seed003-nearest-neighbor", p, build, certify_nearest_neighbor,
+    return _certified_result("seed003-nearest-neighbor", p, build, certify_nearest_neighbor,
                            lambda cert: cert["exact"], run_nearest_neighbor)
 
 
@@ -290,7 +290,7 @@ def _nearest_neighbor(p: dict[str, Any]) -> dict[str, Any]:
               "smallest certified width of the nearest-neighbour construction against N (4 … N_max), fixed γ",
               {"N_max": 64, "d": 8, "gamma": 0.9, "seed": 0})
 def _nearest_neighbor_widths(p: dict[str, Any]) -> dict[str, Any]:
-    from .seed003_nn import nearest_neighbor_widths
+    from .nearest_neighbor import nearest_neighbor_widths
 
     if not 4 <= p["N_max"] <= 1024 or not 0 < p["gamma"] < 1:
         raise UserError(f"N_max, gamma: need 4 ≤ N_max ≤ 1024 and 0 < gamma < 1 (got {p['N_max']}, {p['gamma']})")
@@ -309,7 +309,7 @@ def _nearest_neighbor_widths(p: dict[str, Any]) -> dict[str, Any]:
               "smallest exact width against N (10 … N_max) for each seed 003 construction, with log-fits",
               {"N_max": 3000, "seed": 0})
 def _widths(p: dict[str, Any]) -> dict[str, Any]:
-    from .seed003 import widths_table
+    from .log_width import widths_table
 
     if not 10 <= p["N_max"] <= 10_000:
         raise UserError(f"N_max: must be between 10 and 10000 (got {p['N_max']})")

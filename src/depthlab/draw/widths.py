@@ -1,5 +1,5 @@
 """Seed 003 Lemma 2, Theorems 1 and 6: the smallest width at which each construction is exact, against N; from
-``depthlab.constructions.seed003.widths_table``."""
+``depthlab.constructions.log_width.widths_table``."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..analysis import capability, emergence, lengths
 from ..analysis.tables import Column, Table
-from ..constructions import seed003
+from ..constructions import log_width
 from ..draw import save
 from ..draw.capability import min_depth_figure
 from ..draw.depth import depth_figure
@@ -93,8 +93,8 @@ def widths_summary(store: Store | None, run_ids: list[str], figure: Path, title:
 
     The scale is read from the figure's name (``…-paper.png`` → N up to 10^4, else up to 3000).
     """
-    ns = seed003.PAPER_NS if str(figure).endswith("-paper.png") else seed003.QUICK_NS
-    table = seed003.widths_table(ns)
+    ns = log_width.PAPER_NS if str(figure).endswith("-paper.png") else log_width.QUICK_NS
+    table = log_width.widths_table(ns)
     path = save(widths_figure(table), figure)
     view = Table([Column(c, "right") for c in ("construction", "N", "k", "width", "η")], title=title,
                  caption_justify="center")

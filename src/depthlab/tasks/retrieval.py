@@ -17,11 +17,12 @@ concatenated (except the query token x_0). In the non-IC formulation, the target
 contain only the last token of each retrieval chain, namely x_D." (The seed says the IC targets have "DN
 dimensions"; the concatenation of D vectors of K dimensions has DK, the same number at the seed's N = K = 4.)
 
-Layout shared by both tasks (and by ``constructions.seed002``). Step s (s = 1 … D) is the pair (x_{s-1}, x_s) of
-every chain; the steps are written from D down to 1 — the §3.1 order, in which a causal model can resolve the
-chain — the N pairs of one step in a uniformly random chain order, two positions per pair. Then come the queries:
-all N chains' x_0 in random order (vector task, one output per query), or the x_0 of one uniformly chosen chain
-(token task, one output at the last position, the §3.1 question; the other chains are distractors).
+Layout shared by both tasks (and by ``constructions.information_flow``). Step s (s = 1 … D) is the pair
+(x_{s-1}, x_s) of every chain; the steps are written from D down to 1 — the §3.1 order, in which a causal model
+can resolve the chain — the N pairs of one step in a uniformly random chain order, two positions per pair. Then
+come the queries: all N chains' x_0 in random order (vector task, one output per query), or the x_0 of one
+uniformly chosen chain (token task, one output at the last position, the §3.1 question; the other chains are
+distractors).
 
 Roles. Positions move between examples, so analyses name them by their role in the chain of a read-out:
 ``query`` (that chain's x_0 at the end), ``first of pair k`` (x_{k-1} in the chain's step-k pair) and

@@ -51,7 +51,7 @@ import torch.nn.functional as F
 from ..models import TaskShapes
 from ..models.init import blank_model
 from ..models.transformer import TransformerSpec
-from .seed003 import LN_EPS, log_fit, max_off_diagonal, nearly_orthogonal, smallest_width
+from .log_width import LN_EPS, log_fit, max_off_diagonal, nearly_orthogonal, smallest_width
 
 NN_MAX_K = 1024  # its own nested family (sign_matrix(N, seed, NN_MAX_K)); index lookup and equality keep MAX_K
 VALUE_SCALE = 4.0  # layer 1's values V·A_s (the paper's 2 T_s): a weight w on j* leaves |a| ≥ V(2w − 1)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from depthlab.constructions import seed003_nn as nn
+from depthlab.constructions import nearest_neighbor as nn
 from depthlab.constructions.registry import run
 from depthlab.models.transformer import Transformer
 from depthlab.train.evaluate import evaluate, read_tensor
