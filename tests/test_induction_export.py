@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 from depthlab.analysis.runs import LoadedRun
 from depthlab.config import parse_run
 from depthlab.errors import UserError
-from depthlab.induction.export import transformerlens_export, write_export
 from depthlab.models import TaskShapes, build_model
+from depthlab.models.export import transformerlens_export, write_export
 from depthlab.store import Store
 from depthlab.tasks import TASKS
 from depthlab.train.checkpoint import save_checkpoint
@@ -38,7 +38,7 @@ def _run(model: dict, task: dict = TASK, seed: int = 0) -> LoadedRun:
 
 def _round_trip(run: LoadedRun, tmp_path) -> tuple[torch.Tensor, torch.Tensor]:
     """Logits at the last position from depthlab and from TransformerLens after export and load."""
-    state, config = transformerlens_export(run)
+    state, config = transformerlens_export(run.model, {"run": run.id, "step": run.step})
     write_export(state, config, tmp_path / "export")
     loaded = tl.load_folder(tmp_path / "export")
     inputs = torch.from_numpy(run.task.sample(64, np.random.default_rng(0)).inputs)
@@ -74,13 +74,13 @@ def test_export_writes_transformerlens_names_and_shapes(tmp_path) -> None:
     from safetensors.torch import load_file
 
     run = _run({"name": "transformer", "layers": 1, "heads": 2, "width": 16, "d_head": 4, "mlp": True})
-    files = write_export(*transformerlens_export(run), tmp_path)
+    files = write_export(*transformerlens_export(run.model, {"run": run.id, "step": run.step}), tmp_path)
     state, config = load_file(files[0]), json.loads(files[1].read_text())
     assert state["embed.W_E"].shape == (24, 16) and state["pos_embed.W_pos"].shape == (12, 16)
     assert state["blocks.0.attn.W_Q"].shape == (2, 16, 4) and state["blocks.0.attn.W_O"].shape == (2, 4, 16)
     assert state["unembed.W_U"].shape == (16, 24) and config["d_head"] == 4 and config["depthlab"]["run"] == "r0"
     with pytest.raises(UserError, match="positional"):
-        transformerlens_export(_run({"name": "transformer", "layers": 1, "width": 16, "positional": "rotary"}))
+        transformerlens_export(_run({"name": "transformer", "layers": 1, "width": 16, "positional": "rotary"}).model)
 
 
 @pytest.mark.parametrize(("attention", "heads"), [("relu", [1, 2]), ("relu", 2), ("softmax", 2)])
@@ -110,7 +110,7 @@ def test_exported_transformerlens_model_has_depthlab_s_activations_at_every_shar
     ``hook_attn_scores`` is left out: TransformerLens 4.x's bridge records it after the pattern.
     """
     run = _run(model)
-    write_export(*transformerlens_export(run), tmp_path / "export")
+    write_export(*transformerlens_export(run.model, {"run": run.id, "step": run.step}), tmp_path / "export")
     loaded = tl.load_folder(tmp_path / "export")
     inputs = torch.from_numpy(run.task.sample(6, np.random.default_rng(0)).inputs)
     _, ours = run.model.run_with_cache(inputs[None])

@@ -101,12 +101,12 @@ def export(run: Annotated[str, typer.Argument(help="run id (or unique prefix)")]
                help="folder (default: <store>/artifacts/<run>/transformerlens)")] = None,
            store: StoreOpt = None, json_out: JsonOpt = False) -> None:
     """Write a run's weights in another library's format (model.safetensors + config.json)."""
-    from ..induction.export import transformerlens_export, write_export
+    from ..models.export import transformerlens_export, write_export
 
     if to != "transformerlens":
         raise UserError(f"--to: unknown format {to!r}; allowed: transformerlens")
     db, loaded = open_run(store, run)
-    state, config = transformerlens_export(loaded)
+    state, config = transformerlens_export(loaded.model, {"run": loaded.id, "step": loaded.step})
     folder = out or db.artifact_path(loaded.id, "export", "transformerlens")
     files = write_export(state, config, folder)
     result = {"run": loaded.id, "format": to, "folder": str(folder), "files": [str(f) for f in files],

@@ -1,5 +1,5 @@
 """Seed 002 Figure 4: final loss against depth, IC and non-IC, and the IC partial losses per chain position; from
-the rows of ``depthlab.analysis.emergence.layers_rows``."""
+the rows of ``depthlab.analysis.layers.layers_rows``."""
 
 from __future__ import annotations
 

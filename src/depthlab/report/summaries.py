@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..analysis import capability, emergence, lengths
+from ..analysis import capability, emergence, layers, lengths
 from ..analysis.tables import Column, Table
 from ..constructions import log_width
 from ..draw import save
@@ -46,9 +46,9 @@ def depth_summary(store: Store, run_ids: list[str], figure: Path, title: str) ->
 
 def layers_summary(store: Store, run_ids: list[str], figure: Path, title: str) -> Summary:
     """Seed 002 Figure 4: rows ``{"formulation", "layers", "loss", "partial_losses", …}``, the table, the figure."""
-    rows = emergence.layers_rows(store, run_ids)
+    rows = layers.layers_rows(store, run_ids)
     path = save(layers_figure(rows, title), figure)
-    return {"rows": emergence.layers_json(rows), "figure": str(path)}, [emergence.layers_table(rows, title)]
+    return {"rows": layers.layers_json(rows), "figure": str(path)}, [layers.layers_table(rows, title)]
 
 
 def emergence_summary(store: Store, run_ids: list[str], figure: Path, title: str) -> Summary:

@@ -1,4 +1,5 @@
-"""``depthlab export RUN --to transformerlens``: a run's weights as a TransformerLens state dict and config.
+"""A trained model as a TransformerLens model: its state dict and config (``depthlab export RUN --to
+transformerlens``).
 
 Written without importing TransformerLens: ``model.safetensors`` holds the state dict in TransformerLens'
 property format (``embed.W_E`` [d_vocab, d_model], ``pos_embed.W_pos`` [n_ctx, d_model],
@@ -37,13 +38,14 @@ from typing import Any
 
 import torch
 
-from depthlab.errors import UserError
+from ..errors import UserError
+from .base import RunModule
 
 NATIVE_POSITIONS = ("learned", "sinusoidal")
 
 
-def _transformer(run: Any) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    spec, model = run.config.model, run.model
+def _transformer(model: Any) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    spec = model.spec
     if spec.positional not in NATIVE_POSITIONS:
         raise UserError(f"--to transformerlens: model.positional {spec.positional!r} has no TransformerLens "
                         f"counterpart; exportable: {', '.join(NATIVE_POSITIONS)}")
@@ -59,8 +61,8 @@ def _transformer(run: Any) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     return state, config
 
 
-def _attention_only(run: Any) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    spec, model = run.config.model, run.model
+def _attention_only(model: Any) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    spec = model.spec
     d, n, width = model.d, model.n, model.width
     heads = max(spec.heads_per_layer)
     state = {"embed.W_E": torch.eye(d, width), "pos_embed.W_pos": model.positions.clone()}
@@ -89,15 +91,16 @@ def _attention_only(run: Any) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
 EXPORTERS = {"transformer": _transformer, "attention_only": _attention_only}
 
 
-def transformerlens_export(run: Any) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """A loaded run (``depthlab.analysis.runs.LoadedRun``) as a TransformerLens state dict and config."""
-    family = run.config.model.name
+def transformerlens_export(model: RunModule, about: dict[str, Any] | None = None
+                           ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """A one-run model as a TransformerLens state dict and config; ``about`` (e.g. the run id and step) goes into
+    the config's ``depthlab`` entry with the model spec."""
+    family = model.spec.name
     if family not in EXPORTERS:
         raise UserError(f"--to transformerlens: model {family!r} cannot be exported; "
                         f"exportable: {', '.join(EXPORTERS)}")
-    state, config = EXPORTERS[family](run)
-    config["depthlab"] = {"run": run.id, "step": run.step, "model": run.config.model.model_dump(mode="json"),
-                          **config.get("depthlab", {})}
+    state, config = EXPORTERS[family](model)
+    config["depthlab"] = {**(about or {}), "model": model.spec.model_dump(mode="json"), **config.get("depthlab", {})}
     return {k: v.contiguous() for k, v in state.items()}, config
 
 
