@@ -28,6 +28,7 @@ import torch
 from ..errors import UserError
 from ..models.base import override_pattern
 from ..tasks.base import Batch, Task
+from ..train.evaluate import read_tensor
 from ..train.objectives import per_run_correct, per_run_loss
 
 KINDS = ("uniform", "identity", "previous", "recorded", "onehot")
@@ -203,11 +204,6 @@ def _as_tensors(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.from_numpy(batch.inputs)[None], torch.from_numpy(batch.targets)[None]
 
 
-def read_tensor(task: Task) -> torch.Tensor | None:
-    positions = task.read_positions
-    return None if positions is None else torch.as_tensor(positions, dtype=torch.long)
-
-
 @torch.no_grad()
 def capture(model: Any, batch: Batch) -> list[torch.Tensor]:
     """Each layer's attention pattern [1, B, heads, n, n] on ``batch`` (no override)."""
@@ -236,9 +232,7 @@ def score(model: Any, task: Task, batch: Batch,
         chunk = batch.take(slice(start, start + CHUNK))
         x, y = _as_tensors(chunk)
         override = build_override(model, task, chunk, patterns) if patterns else None
-        # capture=True: the attention-only family computes only the last query in its last layer otherwise,
-        # and a full [B, n, n] override does not fit that shortcut
-        outputs = model(x, read=read, override=override, capture=override is not None).outputs
+        outputs = model(x, read=read, override=override).outputs
         m = len(chunk)
         loss_sum += float(per_run_loss(outputs, y, task.loss)[0]) * m
         hits = per_run_correct(outputs, y, task.loss, task.accuracy_over)

@@ -23,6 +23,7 @@ from ..errors import UserError
 from ..models import TaskShapes, build_model
 from ..store import Store, StoreError
 from ..tasks.base import SIGN, Batch, Task
+from ..train.evaluate import read_tensor
 
 # Fields a --runs term may name directly (besides dotted config paths such as model.heads or task.k).
 FILTER_FIELDS = ("id", "task", "model", "status", "tag", "layers", "seed", "group")
@@ -140,7 +141,6 @@ def attention_maps(run: LoadedRun, batch: Batch) -> list[dict[str, Any]]:
     ``correct`` (as the engine scores it; None when the target is unknown or the task has no accuracy),
     ``text`` (the example in seed 001 Table 1 notation) and ``layers``: per layer a float array [heads, q, k].
     """
-    from ..train.evaluate import read_tensor
     from ..train.objectives import per_run_correct
 
     task = run.task
