@@ -55,10 +55,29 @@ def fresh(code: str, cwd: Path) -> object:
 def test_import_depthlab_imports_nothing_heavy(tmp_path):
     loaded = fresh("""
         import sys
-        print(json.dumps(sorted(m for m in ("torch", "pandas", "numpy", "depthlab.api", "depthlab.models")
-                                if m in sys.modules)))
+        heavy = ("torch", "pandas", "numpy", "typing", "depthlab.api", "depthlab.models")
+        before = sorted(m for m in heavy if m in sys.modules)
+        import depthlab.cli
+        print(json.dumps([before, sorted(m for m in ("torch", "pandas", "depthlab.api") if m in sys.modules)]))
     """, tmp_path)
-    assert loaded == []
+    assert loaded == [[], []]  # not by `import depthlab`, nor by the CLI's start-up
+
+
+def test_train_and_sweep_are_the_functions_and_still_the_subpackages():
+    import inspect
+
+    import depthlab.sweep.local as local
+    import depthlab.train.engine as engine
+    from depthlab.api import training
+
+    assert inspect.signature(depthlab.train) == inspect.signature(training.train)
+    assert depthlab.sweep.__doc__ == training.sweep.__doc__ and callable(depthlab.sweep)
+    assert depthlab.train.engine is engine and depthlab.sweep.local is local  # the packages' modules, as before
+    from depthlab.train import engine as same
+
+    assert same is engine and engine.__name__ == "depthlab.train.engine"
+    with pytest.raises(AttributeError, match=r"from depthlab\.sweep import nothing_here"):
+        depthlab.sweep.nothing_here  # noqa: B018
 
 
 API_CALLS = {

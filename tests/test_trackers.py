@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import socket
 import struct
+import time
 from pathlib import Path
 
 import pytest
@@ -80,6 +81,8 @@ def wandb_records(path: Path):
             position += block - position % block
             continue
         _, length, kind = struct.unpack("<IHB", data[position : position + 7])
+        if position + 7 + length > len(data):  # still being written
+            return
         if length == 0 and kind == 0:
             position += block - position % block
             continue
@@ -104,12 +107,20 @@ def test_wandb_mirrors_offline_runs(tmp_path, offline):
     assert len(files) == 2
     seen = set()
     for path in files:
+        # W&B's service process writes a finished run's file a moment after finish() returns (a process that
+        # exits, as the CLI does, waits for it): wait for the run's exit record
+        deadline = time.monotonic() + 60
+        while not any(r.WhichOneof("record_type") == "exit" for r in wandb_records(path)):
+            assert time.monotonic() < deadline, f"{path} was never completed"
+            time.sleep(0.2)
         history, config, exit_code, run_id = {}, {}, None, None
         for record in wandb_records(path):
             kind = record.WhichOneof("record_type")
-            if kind == "run":
+            if kind == "run":  # the config comes with the run, or in config records after it
                 run_id = record.run.run_id
-                config = {item.key: json.loads(item.value_json) for item in record.run.config.update}
+                config.update({item.key: json.loads(item.value_json) for item in record.run.config.update})
+            elif kind == "config":
+                config.update({item.key: json.loads(item.value_json) for item in record.config.update})
             elif kind == "history":
                 values = {"/".join(item.nested_key) or item.key: json.loads(item.value_json)
                           for item in record.history.item}

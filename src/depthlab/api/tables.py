@@ -52,7 +52,7 @@ def typed_frame(rows: list[dict[str, Any]], columns: list[str]) -> pd.DataFrame:
     for name in columns:
         values = [row.get(name) for row in rows]
         dtype = column_dtype(values)
-        missing = pd.NA if dtype in ("Int64", "boolean") else float("nan") if dtype == "float64" else None
+        missing = pd.NA if dtype in ("Int64", "boolean") else float("nan") if dtype in ("float64", "str") else None
         data[name] = pd.Series([missing if v is None else v for v in values], dtype=dtype)
     return pd.DataFrame(data, columns=columns)
 
@@ -101,7 +101,7 @@ def _text_cells(frame: pd.DataFrame) -> pd.DataFrame:
 
     out = frame.copy()
     for name in [name for name in out.columns if pd.api.types.is_object_dtype(out[name].dtype)]:
-        out[name] = out[name].map(lambda v: None if v is None else json.dumps(v, default=str)).astype("str")
+        out[name] = out[name].map(lambda v: None if v is None else json.dumps(v, default=str))
     return out
 
 
