@@ -76,18 +76,6 @@ def test_train_json_with_set_override(tmp_path, sweep_file):
     assert out["status"] == "done" and 0 <= out["metrics"]["accuracy"] <= 1
 
 
-def test_reproduce_json_rows(tmp_path):
-    out = as_json(runner.invoke(app, [
-        "reproduce", "seed001-depth", "--scale", "quick", "--store", str(tmp_path / "s"), "--json",
-        "--set", "train.steps=20", "--set", "train.eval_every=10", "--set", "sweep.seed=[0]",
-        "--set", "sweep.model.layers=[1]",
-    ]))
-    assert {r["task"] for r in out["rows"]} == {"memorization", "icqa", "template", "ictm"}
-    for row in out["rows"]:
-        assert set(row) >= {"task", "layers", "accuracy", "accuracy_sd", "seeds", "chance", "steps"}
-    assert out["figure"].endswith(".png")
-
-
 @pytest.mark.parametrize("args,needle", [
     (["sample", "nope"], "task.name: unknown task 'nope'; allowed:"),
     (["sample", "icqa", "--set", "k=9"], "task: k must be at most n_q"),

@@ -179,7 +179,7 @@ def test_training_with_the_engine_never_beats_three_quarters(tmp_path):
         for config in configs:
             run_id = Store.run_id(config.to_dict())
             assert results[run_id]["exhaustive"] and results[run_id]["eval_examples"] == 8
-            history = store.metrics(run_id)
+            history = store.metric_columns(run_id)
             assert min(history["eval"]["loss"]) >= LN2 - 1e-4  # float32 engine
             # the final weights, in float64, with ties (logits equal up to rounding) counted as wrong
             tensors, _ = load_checkpoint(store.artifact_path(run_id, "checkpoint", WEIGHTS).parent)

@@ -42,8 +42,8 @@ def test_run_alone_equals_run_in_group_of_16(tmp_path):
         alone = train_group([c], alone_store)[run_id]
         assert alone["accuracy"] == pytest.approx(grouped[run_id]["accuracy"], abs=1e-6)
         assert alone["loss"] == pytest.approx(grouped[run_id]["loss"], rel=1e-4)
-        a = alone_store.metrics(run_id)["train"]["loss"]
-        g = Store(tmp_path / "grouped").metrics(run_id)["train"]["loss"]
+        a = alone_store.metric_columns(run_id)["train"]["loss"]
+        g = Store(tmp_path / "grouped").metric_columns(run_id)["train"]["loss"]
         np.testing.assert_allclose(a, g, rtol=1e-4)
 
 
@@ -74,10 +74,10 @@ def test_finished_runs_are_skipped(tmp_path):
     store = Store(tmp_path)
     configs = [config(seed=s) for s in range(2)]
     first = run_local(configs, store)
-    steps_logged = len(store.metrics(Store.run_id(configs[0].to_dict()))["train"]["step"])
+    steps_logged = len(store.metric_columns(Store.run_id(configs[0].to_dict()))["train"]["step"])
     again = run_local(configs, store)
     assert again == first
-    assert len(store.metrics(Store.run_id(configs[0].to_dict()))["train"]["step"]) == steps_logged
+    assert len(store.metric_columns(Store.run_id(configs[0].to_dict()))["train"]["step"]) == steps_logged
 
 
 def test_resume_from_checkpoint_continues_exactly(tmp_path):

@@ -72,7 +72,7 @@ def test_ray_sweep_equals_local_sweep(local_ray, reference, tmp_path):
     assert sorted(steps) == [2 * STEPS, 2 * STEPS]  # one progress report per group
     for run_id in want:
         assert store.get_run(run_id)["status"] == "done"
-        got, ref = store.metrics(run_id), ref_store.metrics(run_id)
+        got, ref = store.metric_columns(run_id), ref_store.metric_columns(run_id)
         assert got.keys() == ref.keys()
         for split in ref:
             assert got[split].keys() == ref[split].keys()
@@ -161,7 +161,7 @@ def test_remote_store_offers_the_store_methods(local_ray, tmp_path):
     remote = RemoteStore(tmp_path, writer)
     run_id = remote.create_run({"seed": 1}, "t", "m")
     remote.log_metrics(run_id, 1, "train", {"loss": 0.5})
-    assert Store(tmp_path).metrics(run_id)["train"]["loss"] == [0.5]
+    assert Store(tmp_path).metric_columns(run_id)["train"]["loss"] == [0.5]
     assert remote.artifact_path(run_id, "x", "a.txt") == Path(tmp_path) / "artifacts" / run_id / "a.txt"
     with pytest.raises(AttributeError):
         remote.no_such_method  # noqa: B018

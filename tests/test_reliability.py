@@ -124,7 +124,7 @@ def test_ctrl_c_finishes_the_step_checkpoints_marks_interrupted_and_resumes_exac
     for c in configs:
         assert got[rid(c)]["loss"] == pytest.approx(want[rid(c)]["loss"], rel=1e-6)
         # the train metrics at step 30 average steps 16..30, across the interruption at 23
-        same_metrics(store.metrics(rid(c)), want_store.metrics(rid(c)))
+        same_metrics(store.metric_columns(rid(c)), want_store.metric_columns(rid(c)))
 
 
 def test_second_ctrl_c_stops_at_once_and_leaves_the_last_good_checkpoint(tmp_path):
@@ -296,7 +296,7 @@ def test_checkpoint_that_does_not_fit_the_config_is_a_clear_error_and_is_left_al
     assert snapshot(dst) == before
     record = store.get_run(rid(target))
     assert record["status"] == "failed" and "does not fit" in record["error"]
-    assert store.metrics(rid(target)) == {}  # no step was trained
+    assert store.metric_columns(rid(target)) == {}  # no step was trained
 
 
 def test_check_checkpoints_reads_only_unfinished_runs(trained):
@@ -467,7 +467,7 @@ def test_a_run_killed_after_a_checkpoint_on_a_logging_step_resumes_with_every_me
     assert store.get_run(rid(c))["status"] == "running"
     monkeypatch.undo()
     train_group([c], store)
-    expected, resumed = Store(tmp_path / "a").metrics(rid(c)), store.metrics(rid(c))
+    expected, resumed = Store(tmp_path / "a").metric_columns(rid(c)), store.metric_columns(rid(c))
     assert resumed.keys() == expected.keys() == {"train", "eval"}
     for split in expected:
         assert resumed[split].keys() == expected[split].keys()

@@ -75,7 +75,8 @@ def reference(sweep_file, tmp_path_factory):
     seconds = time.time() - began
     store = Store(root)
     first_run = min(r["created"] for r in store.find_runs())
-    return {"runs": {r["id"]: r for r in out["runs"]}, "metrics": {i: store.metrics(i) for i in store_ids(store)},
+    return {"runs": {r["id"]: r for r in out["runs"]},
+            "metrics": {i: store.metric_columns(i) for i in store_ids(store)},
             "seconds": seconds, "startup": first_run - began}
 
 
@@ -131,7 +132,7 @@ def check_complete(store: Store, reference: dict, out: dict) -> None:
         want = reference["runs"][run["id"]]["metrics"]
         assert run["metrics"]["loss"] == pytest.approx(want["loss"], rel=1e-5)
         assert run["metrics"]["accuracy"] == pytest.approx(want["accuracy"], abs=1e-9)
-        got_metrics, want_metrics = store.metrics(run["id"]), reference["metrics"][run["id"]]
+        got_metrics, want_metrics = store.metric_columns(run["id"]), reference["metrics"][run["id"]]
         for split in want_metrics:
             for name, values in want_metrics[split].items():
                 assert got_metrics[split][name] == pytest.approx(values, rel=1e-5, nan_ok=True)

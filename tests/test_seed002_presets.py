@@ -68,5 +68,5 @@ def test_engine_keeps_history_and_logs_partial_losses(tmp_path):
                   "checkpoint_every": 10, "keep_checkpoints": True}})
     (run_id, final), = train_group([config], store).items()
     assert set(final["partial_losses"]) == {"x1", "x2"}
-    assert len(store.metrics(run_id)["eval"]["loss_x1"]) == 3
+    assert len(store.metric_columns(run_id)["eval"]["loss_x1"]) == 3
     assert [step for step, _ in history(store, run_id)] == [10, 20]  # the last step is the final checkpoint

@@ -199,7 +199,7 @@ def test_metrics_alignment_and_relog(store: Store) -> None:
     store.log_metrics(rid, 20, "train", {"loss": 1.0})  # acc missing at step 20 → NaN
     store.log_metrics(rid, 10, "train", {"loss": 1.5, "acc": 0.3})  # out of order
     store.log_metrics(rid, 10, "eval", {"acc": 0.25, "loss": float("nan")})
-    m = store.metrics(rid)
+    m = store.metric_columns(rid)
     assert set(m) == {"train", "eval"}
     assert m["train"]["step"] == [0, 10, 20]
     assert m["train"]["loss"] == [2.0, 1.5, 1.0]
@@ -209,7 +209,7 @@ def test_metrics_alignment_and_relog(store: Store) -> None:
 
     # a resumed run re-logs step 10: replaced, not duplicated
     store.log_metrics(rid, 10, "train", {"loss": 1.4, "acc": 0.35})
-    again = store.metrics(rid, split="train")
+    again = store.metric_columns(rid, split="train")
     assert set(again) == {"train"}
     assert again["train"]["step"] == [0, 10, 20]
     assert again["train"]["loss"] == [2.0, 1.4, 1.0]
@@ -219,7 +219,7 @@ def test_metrics_alignment_and_relog(store: Store) -> None:
     finally:
         conn.close()
     assert n == 7
-    assert store.metrics("missing") == {}
+    assert store.metric_columns("missing") == {}
 
 
 def test_log_metrics_many(store: Store) -> None:
@@ -230,7 +230,7 @@ def test_log_metrics_many(store: Store) -> None:
     store.log_metrics_many(rows)
     store.log_metrics_many([])
     for i, rid in enumerate(ids):
-        m = store.metrics(rid)["train"]
+        m = store.metric_columns(rid)["train"]
         assert m["step"] == [0, 1, 2, 3]
         assert m["loss"] == [1.0 / (s + 1 + i) for s in range(4)]
 
@@ -283,9 +283,9 @@ def test_delete_run(store: Store) -> None:
     store.add_artifact(rid, "plot", "a.png")
     store.delete_run(rid)
     assert store.get_run(rid) is None
-    assert store.metrics(rid) == {} and store.artifacts(rid) == []
+    assert store.metric_columns(rid) == {} and store.artifacts(rid) == []
     assert not (store.root / "artifacts" / rid).exists()
-    assert store.get_run(keep) is not None and store.metrics(keep)["train"]["loss"] == [1.0]
+    assert store.get_run(keep) is not None and store.metric_columns(keep)["train"]["loss"] == [1.0]
 
 
 def test_pickle_and_reopen(store: Store) -> None:
@@ -349,7 +349,7 @@ def test_connection_reopened_after_fork(store: Store) -> None:
     proc.start()
     proc.join(60)
     assert proc.exitcode == 0
-    assert store.metrics(rid)["train"]["loss"] == [0.5]
+    assert store.metric_columns(rid)["train"]["loss"] == [0.5]
 
 
 def _log_in_child(store: Store, rid: str) -> None:

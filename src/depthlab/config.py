@@ -130,6 +130,21 @@ class RunConfig(BaseModel):
         }
 
 
+def flat_fields(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A config (or any nested mapping) as dotted fields: ``{"model": {"layers": 2}}`` -> ``{"model.layers": 2}``.
+
+    Values that are not mappings (numbers, text, lists such as ``model.heads: [1, 1, 6]``) are kept as they are;
+    what tables and experiment trackers show of a run's config."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(flat_fields(value, f"{name}."))
+        else:
+            out[name] = value
+    return out
+
+
 def _format_error(section: str, error: ValidationError, allowed: list[str]) -> str:
     parts = []
     for e in error.errors():
@@ -165,6 +180,11 @@ def _build(section: str, registry: dict[str, type[BaseModel]], raw: Any) -> Any:
         raise UserError(f"{section}: {_one_line(e)[:200]}") from None
 
 
+def parse_task(raw: dict[str, Any]) -> Task:
+    """Validate a task mapping (``{"name": "icqa", "k": 3}``) into the task."""
+    return _build("task", TASKS, raw)
+
+
 def parse_run(raw: dict[str, Any]) -> RunConfig:
     """Validate a run mapping (already merged with overrides) into a RunConfig."""
     if not isinstance(raw, dict):
@@ -175,7 +195,7 @@ def parse_run(raw: dict[str, Any]) -> RunConfig:
                         f"(and {', '.join(SWEEP_SECTIONS)} in a sweep file)")
     if "task" not in raw:
         raise UserError("task: required (a mapping with the task's name and parameters)")
-    task = _build("task", TASKS, raw["task"])
+    task = parse_task(raw["task"])
     model = _build("model", MODELS, raw.get("model", {"name": "attention_only"}))
     train_raw = raw.get("train") or {}
     if isinstance(train_raw, dict):

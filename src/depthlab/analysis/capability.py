@@ -74,7 +74,7 @@ def curves(store: Store, run_ids: list[str]) -> dict[tuple[str, int], list[dict[
         run = store.get_run(run_id)
         if run is None:
             continue
-        metrics = store.metrics(run_id).get("eval")
+        metrics = store.metric_columns(run_id).get("eval")
         if not metrics:
             continue
         key = (_label(run["config"]), run["config"]["model"].get("layers"))

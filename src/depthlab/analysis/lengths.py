@@ -153,7 +153,7 @@ def curves(store: Store, rows: list[dict[str, Any]], lengths: dict[str, int]) ->
         if row["length"] != lengths.get(row["task"]):
             continue
         for run_id in row["runs"]:
-            metrics = store.metrics(run_id).get("eval")
+            metrics = store.metric_columns(run_id).get("eval")
             if metrics:
                 out.setdefault((row["task"], row["label"]), []).append(metrics)
     return out

@@ -33,6 +33,9 @@ AddressOpt = Annotated[str | None, typer.Option(
     "--address", help="with --executor ray: the Ray cluster (auto, HOST:6379, ray://HOST:10001); "
                       "default: start a local Ray instance")]
 GroupSizeOpt = Annotated[int | None, typer.Option("--group-size", min=1, help="runs per batched group")]
+LogOpt = Annotated[list[str] | None, typer.Option(
+    "--log", help="mirror each run's config and metrics to a tracker: mlflow (a file store in <store>/mlruns) or "
+                  "wandb (offline runs in <store>/wandb); repeatable; pip install 'depthlab[track]'")]
 
 
 def emit(obj: dict[str, Any]) -> None:
@@ -55,12 +58,7 @@ def open_run(store: Path | None, run: str) -> tuple[Store, LoadedRun]:
     from ..analysis.runs import load_run
 
     db = open_store(store)
-    matches = [r["id"] for r in db.find_runs() if r["id"].startswith(run)]
-    if run not in matches and len(matches) != 1:
-        raise UserError(f"run {run!r}: {'no such run' if not matches else f'{len(matches)} runs match'} in "
-                        f"store {db.root} (see `depthlab runs`)")
-    run_id = run if run in matches else matches[0]
-    return db, load_run(db, run_id)
+    return db, load_run(db, db.resolve(run))
 
 
 def setup_threads() -> int:
@@ -103,20 +101,16 @@ def check_executor(executor: str, address: str | None) -> None:
 
 
 def run_sweep(runs: list, store: Store, group_size: int | None, quiet: bool, description: str,
-              executor: str = "local", address: str | None = None, resources: Any = None) -> dict[str, Any]:
-    """Train ``runs`` (finished ones are skipped) with ``executor``, showing a progress bar over their steps."""
-    from ..sweep.local import run_local
+              executor: str = "local", address: str | None = None, resources: Any = None,
+              log: list[str] | None = None) -> dict[str, Any]:
+    """Train ``runs`` (finished ones are skipped) with ``executor``, showing a progress bar over their steps and
+    mirroring them to the trackers ``log`` names."""
+    from ..sweep.execute import train_runs
+    from ..train.tracking import open_trackers
 
     total = sum(r.train.steps for r in runs)
-    with step_progress(total, description, quiet) as advance:
-        if executor == "ray":
-            from ..plugins import share_with_ray
-            from ..sweep.ray_executor import run_ray
-
-            share_with_ray()
-            return run_ray(runs, store, group_size=group_size, address=address, resources=resources,
-                           progress=advance)
-        return run_local(runs, store, group_size=group_size, progress=advance)
+    with step_progress(total, description, quiet) as advance, open_trackers(log or [], store.root) as tracker:
+        return train_runs(runs, store, group_size, executor, address, resources, advance, tracker)
 
 
 def rich_table(table: Table) -> RichTable:

@@ -39,40 +39,28 @@ def reproduce(name: Annotated[str, typer.Argument(help="preset name, e.g. seed00
               group_size: Annotated[int | None, typer.Option("--group-size", min=1)] = None,
               json_out: JsonOpt = False) -> None:
     """Re-run a seed's study from its preset and print its table; writes its figure."""
-    from ..report.summaries import preset_summary
-    from ..store import Store
+    from ..api.reproduce import run_preset
     from ..sweep.presets import load_preset
 
     preset = load_preset(name, scale, set_)
-    summarize = preset_summary(preset)
     threads = setup_threads()
     db = open_store(store)
-    started = time.perf_counter()
     if not json_out:
         console.print(f"[bold]{preset.title}[/] ({preset.reproduces}), scale {scale}: {preset.size}, "
                       f"{threads} threads. {preset.note}")
-    figure = (out or db.root / "figures") / f"{name}-{scale}.png"
-    if preset.studies:
-        summary, tables = summarize(_climb(preset.studies, db, group_size, json_out, name), figure, preset.title)
-    else:
-        run_sweep(preset.runs, db, group_size, json_out, name)
-        summary, tables = summarize(db, [Store.run_id(r.to_dict()) for r in preset.runs], figure, preset.title)
-    elapsed = time.perf_counter() - started
+    result, tables = run_preset(preset, db, out, lambda configs, label: run_sweep(configs, db, group_size, json_out,
+                                                                                   label))
     if json_out:
-        emit({"preset": name, "scale": scale, **summary, "seconds": round(elapsed, 1), "threads": threads})
+        emit(result)
         return
     show(*tables)
-    console.print(f"figure: {summary.get('figure')}\nstore: {db.root}  ({elapsed:.0f} s)")
+    console.print(f"figure: {result.get('figure')}\nstore: {db.root}  ({result['seconds']:.0f} s)")
 
 
 def _climb(studies, db, group_size: int | None, quiet: bool, label: str, executor: str = "local",
            address: str | None = None) -> list:
     """Climb each capability study in depth, training one depth's runs at a time (see sweep.climb)."""
-    from ..sweep.climb import climb
-
-    def train(configs, depth: int) -> None:
-        run_sweep(configs, db, group_size, quiet, f"{label}: {depth} layer{'s' if depth > 1 else ''}", executor,
-                  address)
+    from ..api.reproduce import climb_studies
 
     session = nullcontext()
     if executor == "ray":
@@ -80,7 +68,8 @@ def _climb(studies, db, group_size: int | None, quiet: bool, label: str, executo
 
         session = ray_session(address)
     with session:
-        return [cell for study in studies for cell in climb(study, db, train)]
+        return climb_studies(studies, db, lambda configs, description: run_sweep(
+            configs, db, group_size, quiet, description, executor, address), label)
 
 
 @app.command()

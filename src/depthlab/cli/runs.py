@@ -1,8 +1,10 @@
-"""``depthlab tasks``, ``sample``, ``train``, ``sweep`` and ``runs``: the tasks, their examples, training, the store."""
+"""``depthlab tasks``, ``sample``, ``train``, ``sweep``, ``runs`` and ``metrics``: the tasks, their examples, training,
+the store's runs and metrics (as tables, or CSV / Parquet / JSON files)."""
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -16,6 +18,7 @@ from .common import (
     AddressOpt,
     ExecutorOpt,
     JsonOpt,
+    LogOpt,
     SetOpt,
     StoreOpt,
     check_executor,
@@ -84,48 +87,52 @@ def _load_config(path: Path, overrides: list[str] | None) -> dict[str, Any]:
 
 @app.command()
 def train(config: Annotated[Path, typer.Argument(help="run file (YAML)")], set_: SetOpt = None,
-          store: StoreOpt = None, json_out: JsonOpt = False) -> None:
+          store: StoreOpt = None, log: LogOpt = None, json_out: JsonOpt = False) -> None:
     """Train one run from a run file."""
+    from ..api.training import run_results
     from ..config import parse_run
-    from ..store import Store
+    from ..train.tracking import check_trackers
 
     raw = _load_config(config, set_)
     if "sweep" in raw:
         raise UserError("sweep: this is a sweep file; use `depthlab sweep` (or remove the sweep section)")
     run = parse_run(raw)
+    check_trackers(log or [])
     threads = setup_threads()
     db = open_store(store)
-    results = run_sweep([run], db, 1, json_out, "training")
-    run_id = Store.run_id(run.to_dict())
-    record = db.get_run(run_id)
-    out = {"id": run_id, "status": record["status"], "metrics": results.get(run_id), "threads": threads,
-           "store": str(db.root)}
+    results = run_sweep([run], db, 1, json_out, "training", log=log)
+    (result,) = run_results(db, [db.run_id(run.to_dict())], results)
     if json_out:
-        emit(out)
+        emit({**result.to_dict(), "threads": threads, "store": str(db.root)})
     else:
-        Console().print(f"run {run_id}: {record['status']}  {json.dumps(results.get(run_id))}")
+        Console().print(f"run {result.id}: {result.status}  {json.dumps(result.metrics)}")
 
 
 @app.command()
 def sweep(config: Annotated[Path, typer.Argument(help="sweep file (YAML): a run file plus `sweep:`")],
           set_: SetOpt = None, store: StoreOpt = None,
           group_size: Annotated[int | None, typer.Option("--group-size", min=1, help="runs per batched group")] = None,
-          executor: ExecutorOpt = "local", address: AddressOpt = None, json_out: JsonOpt = False) -> None:
+          executor: ExecutorOpt = "local", address: AddressOpt = None, log: LogOpt = None,
+          json_out: JsonOpt = False) -> None:
     """Train every run of a grid (finished runs are skipped), grouping runs of equal shapes."""
+    from ..api.training import run_results
     from ..config import expand_sweep, parse_resources
-    from ..store import Store
+    from ..sweep.execute import check_tracked
+    from ..train.tracking import check_trackers
 
     check_executor(executor, address)
+    check_tracked(executor, bool(log))
+    check_trackers(log or [])
     raw = _load_config(config, set_)
     runs = expand_sweep(raw)
     resources = parse_resources(raw)
     threads = setup_threads()
     db = open_store(store)
-    results = run_sweep(runs, db, group_size, json_out, "sweep", executor, address, resources)
-    ids = [Store.run_id(r.to_dict()) for r in runs]
-    rows = [{"id": i, "status": db.get_run(i)["status"], "metrics": results.get(i)} for i in ids]
+    results = run_sweep(runs, db, group_size, json_out, "sweep", executor, address, resources, log)
+    ids = [db.run_id(r.to_dict()) for r in runs]
     if json_out:
-        emit({"runs": rows, "threads": threads, "store": str(db.root)})
+        emit({"runs": [r.to_dict() for r in run_results(db, ids, results)], "threads": threads,
+              "store": str(db.root)})
         return
     _show_runs(_rows_from_store(db, ids))
 
@@ -146,13 +153,55 @@ def _show_runs(rows: list[dict[str, Any]]) -> None:
     show(table)
 
 
+FormatOpt = Annotated[str | None, typer.Option(
+    "--format", help="write the whole table as csv, parquet (needs pyarrow) or json (an array of records) "
+                     "instead of showing it: the table depthlab.Store gives as a pandas DataFrame")]
+OutOpt = Annotated[Path | None, typer.Option("--out", help="with --format: the file to write (default: stdout)")]
+
+
+def _write_table(frame: Any, fmt: str, out: Path | None) -> None:
+    """``frame`` in format ``fmt`` to ``out``, or to stdout."""
+    from ..api.tables import table_bytes
+
+    data = table_bytes(frame, fmt)
+    if out is None:
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+    else:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(data)
+
+
 @app.command()
 def runs(store: StoreOpt = None, status: Annotated[str | None, typer.Option(help="only runs with this status")] = None,
          task: Annotated[str | None, typer.Option(help="only runs of this task")] = None,
-         json_out: JsonOpt = False) -> None:
-    """List the runs in a store."""
+         fmt: FormatOpt = None, out: OutOpt = None, json_out: JsonOpt = False) -> None:
+    """List the runs in a store; with --format, write every run's config fields and final metrics as a table."""
+    if fmt is not None:
+        from ..api.tables import runs_frame
+
+        _write_table(runs_frame(open_store(store).find_runs(status=status, task=task)), fmt, out)
+        return
+    if out is not None:
+        raise UserError("--out: only with --format csv, parquet or json")
     rows = _rows_from_store(open_store(store), status=status, task=task)
     if json_out:
         emit({"runs": rows})
         return
     _show_runs(rows)
+
+
+@app.command()
+def metrics(run: Annotated[list[str] | None, typer.Argument(help="run ids or unique prefixes (default: every run)")]
+            = None, store: StoreOpt = None,
+            fmt: Annotated[str, typer.Option("--format", help="csv, parquet (needs pyarrow) or json")] = "csv",
+            out: OutOpt = None, json_out: JsonOpt = False) -> None:
+    """Every metrics row of the runs (run_id, step, split, metric, value): the table depthlab.Store.metrics gives."""
+    from ..api.tables import metrics_frame
+
+    db = open_store(store)
+    frame = metrics_frame(db.metric_rows([db.resolve(r) for r in run] if run else None))
+    if json_out:
+        emit({"metrics": frame.to_dict(orient="records")})
+        return
+    _write_table(frame, fmt, out)

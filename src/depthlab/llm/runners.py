@@ -11,28 +11,28 @@ evaluation harnesses for base models). Sampling is pure temperature sampling (``
 as an API samples by default), seeded per batch with ``torch.manual_seed`` (exactly per question when
 ``batch_size`` is 1). ``transformers`` is imported only when a local model is loaded.
 
-:class:`EndpointRunner` posts to ``<base URL>/chat/completions`` with the standard library only. The API
-key is read from the environment variable whose *name* is given (default ``OPENAI_API_KEY``); it is sent
-in the ``Authorization`` header and is never part of :meth:`EndpointRunner.describe`, ``repr`` or an
-exception message (any text that would carry it is redacted). Requests have a timeout; 429, 5xx,
-connection errors and malformed answers are retried up to ``retries`` times with exponential backoff and
-jitter, waiting what a ``Retry-After`` (or ``retry-after-ms``) header asks for when there is one; at most
-``concurrency`` requests are in flight (a thread pool).
+:class:`EndpointRunner` posts to ``<base URL>/chat/completions`` with ``httpx`` (one pooled client shared by its
+threads; proxies from the environment as usual). The API key is read from the environment variable whose *name*
+is given (default ``OPENAI_API_KEY``); it is sent in the ``Authorization`` header and is never part of
+:meth:`EndpointRunner.describe`, ``repr`` or an exception message (any text that would carry it is redacted).
+Requests have a timeout; 429, 5xx, connection errors and malformed answers are retried up to ``retries`` times
+with exponential backoff and jitter, waiting what a ``Retry-After`` (or ``retry-after-ms``) header asks for when
+there is one; any other answer that is not 200 fails the request at once with :class:`RequestRefused` (its
+``status`` says which, so a caller can tell a question the server refuses from a server that is down); at most
+``concurrency`` requests are in flight (a thread pool). The retry loop is ours, not the client's, because the
+protocol counts each question's HTTP attempts.
 """
 
 from __future__ import annotations
 
 import contextlib
 import email.utils
-import http.client
 import json
 import os
 import random
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,6 +72,14 @@ class Runner(Protocol):
 
 class EndpointError(UserError):
     """The endpoint failed for good (refused the request, or kept failing after every retry)."""
+
+
+class RequestRefused(EndpointError):
+    """The endpoint answered a request with a status that retrying does not change (400, 401, 404, …)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 # ------------------------------------------------------------------------------------------- local
@@ -235,7 +243,7 @@ def _retry_after(headers: Any) -> float | None:
 
 
 class EndpointRunner:
-    """An OpenAI-compatible chat-completions endpoint (standard library HTTP, thread-pool concurrency)."""
+    """An OpenAI-compatible chat-completions endpoint (httpx, thread-pool concurrency)."""
 
     def __init__(
         self,
@@ -273,8 +281,12 @@ class EndpointRunner:
         self._headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if key:
             self._headers["Authorization"] = f"Bearer {key}"
+        import httpx
+
         self._pool = ThreadPoolExecutor(max_workers=self.parallelism, thread_name_prefix="depthlab-llm")
-        self._opener = urllib.request.build_opener()
+        self._client = httpx.Client(headers=self._headers, timeout=self.timeout,
+                                    limits=httpx.Limits(max_connections=self.parallelism))
+        self._transport_errors = (httpx.TransportError, httpx.DecodingError)
         self._lock = threading.Lock()
         self.http_requests = 0  # every HTTP attempt made (retries included)
         self.http_retries = 0  # attempts that failed and were retried
@@ -310,16 +322,8 @@ class EndpointRunner:
         return json.dumps(body).encode("utf-8")
 
     def _post(self, data: bytes) -> tuple[int, Any, bytes]:
-        req = urllib.request.Request(self.url, data=data, headers=self._headers, method="POST")
-        try:
-            with self._opener.open(req, timeout=self.timeout) as resp:
-                return resp.status, resp.headers, resp.read()
-        except urllib.error.HTTPError as e:
-            try:
-                body = e.read()
-            except (OSError, http.client.HTTPException):
-                body = b""
-            return e.code, e.headers, body
+        response = self._client.post(self.url, content=data)
+        return response.status_code, response.headers, response.content
 
     @staticmethod
     def _content(body: bytes) -> str:
@@ -351,9 +355,8 @@ class EndpointRunner:
                 self.http_requests += 1
             try:
                 status, headers, body = self._post(data)
-            except (OSError, http.client.HTTPException) as e:  # URLError, timeouts, resets
-                reason = getattr(e, "reason", None) or e
-                problem = f"could not reach {self.url} ({type(e).__name__}: {reason})"
+            except self._transport_errors as e:  # refused, reset, timed out, a broken answer
+                problem = f"could not reach {self.url} ({type(e).__name__}: {e})"
             else:
                 if status == 200:
                     try:
@@ -366,7 +369,7 @@ class EndpointRunner:
                 else:
                     excerpt = " ".join(body[:300].decode("utf-8", "replace").split())
                     hint = f" (is ${self.api_key_env} set?)" if status in (401, 403) else ""
-                    raise EndpointError(self.redact(f"{self.url} answered HTTP {status}{hint}: {excerpt}"))
+                    raise RequestRefused(status, self.redact(f"{self.url} answered HTTP {status}{hint}: {excerpt}"))
             if attempt >= self.retries:
                 raise EndpointError(
                     self.redact(f"{problem}, after {attempt + 1} attempts; rerun the same command to resume")
@@ -381,3 +384,4 @@ class EndpointRunner:
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._client.close()

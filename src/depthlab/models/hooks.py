@@ -4,7 +4,8 @@ Every intermediate a researcher looks at passes through a :class:`HookPoint`, na
 (``hook_embed``, ``blocks.0.hook_resid_pre``, ``blocks.0.attn.hook_q``, ``blocks.0.attn.hook_pattern``,
 ``blocks.0.hook_resid_post``, …; the recurrent families add ``blocks.{l}.hook_state``). A hook is a function
 ``fn(activation, hook) -> tensor | None``, as in TransformerLens: returning a tensor replaces the activation,
-returning None leaves it. Activations carry the run axis first (``[runs, batch, …]``).
+returning None leaves it. Activations carry the run axis first (``[runs, batch, …]``), except on a one-run
+model (:class:`depthlab.models.single.SingleRunModel`), whose hooks see ``[batch, …]`` as TransformerLens' do.
 
 A hook point with nothing attached returns its input at once; it is a plain Python call, not an
 ``nn.Module`` call, so a model without hooks pays nothing measurable for them (the throughput benchmark checks).
@@ -131,19 +132,28 @@ class HookedModule(torch.nn.Module):
         attached: list[tuple[HookPoint, HookFn]] = []
         try:
             for names, fn in fwd_hooks:
+                adapted = self.adapt_hook(fn)
                 for point in self.hook_points(names):
-                    point.add_hook(fn)
-                    attached.append((point, fn))
+                    point.add_hook(adapted)
+                    attached.append((point, adapted))
             yield self
         finally:
             for point, fn in attached:
                 point.fns.remove(fn)
 
+    def adapt_hook(self, fn: HookFn) -> HookFn:
+        """The function attached for ``fn`` (itself here; a one-run view of a model drops the run axis)."""
+        return fn
+
+    def logits_for(self, inputs: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        """The logits of the forward pass (what run_with_hooks and run_with_cache return)."""
+        return self(inputs, **kwargs).outputs
+
     def run_with_hooks(self, inputs: torch.Tensor, fwd_hooks: Sequence[tuple[NameFilter, HookFn]] = (),
                        **kwargs: Any) -> torch.Tensor:
         """The forward pass with ``fwd_hooks`` attached; returns the logits."""
         with self.hooks(fwd_hooks):
-            return self(inputs, **kwargs).outputs
+            return self.logits_for(inputs, **kwargs)
 
     def run_with_cache(self, inputs: torch.Tensor, names: NameFilter = None, detach: bool = True,
                        **kwargs: Any) -> tuple[torch.Tensor, ActivationCache]:
@@ -159,5 +169,5 @@ class HookedModule(torch.nn.Module):
             cache[hook.name] = x.detach() if detach else x
 
         with self.hooks([(names, record)]):
-            logits = self(inputs, **kwargs).outputs
+            logits = self.logits_for(inputs, **kwargs)
         return logits, cache

@@ -115,9 +115,9 @@ class ReportContext:
         return next((r for r in self.runs if r["id"] == run_id), None)
 
     def metrics(self, run_id: str) -> dict[str, dict[str, list]]:
-        """``store.metrics(run_id)``, read once per report."""
+        """``store.metric_columns(run_id)``, read once per report."""
         if run_id not in self._metrics:
-            self._metrics[run_id] = self.store.metrics(run_id)
+            self._metrics[run_id] = self.store.metric_columns(run_id)
         return self._metrics[run_id]
 
     def cached(self, key: str, compute: Callable[[], Any]) -> Any:

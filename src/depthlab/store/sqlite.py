@@ -208,6 +208,16 @@ class Store:
         rows = self._read(f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = ?", (run_id,))
         return self._run_dict(rows[0]) if rows else None
 
+    def resolve(self, run: str) -> str:
+        """The id of the run ``run`` names: its id, or a prefix of exactly one run's id (else a StoreError)."""
+        if self.get_run(run) is not None:
+            return run
+        matches = [r["id"] for r in self.find_runs() if r["id"].startswith(run)]
+        if len(matches) != 1:
+            found = "no such run" if not matches else f"{len(matches)} runs match"
+            raise StoreError(f"run {run!r}: {found} in store {self.root} (see `depthlab runs`)")
+        return matches[0]
+
     def find_runs(
         self,
         status: str | list[str] | None = None,
@@ -312,8 +322,9 @@ class Store:
                 flat,
             )
 
-    def metrics(self, run_id: str, split: str | None = None) -> dict[str, dict[str, list]]:
-        """``{split: {"step": [...], name: [...]}}`` ordered by step; a name missing at a step is NaN."""
+    def metric_columns(self, run_id: str, split: str | None = None) -> dict[str, dict[str, list]]:
+        """One run's metrics as ``{split: {"step": [...], name: [...]}}`` ordered by step; a name missing at a step
+        is NaN. (``depthlab.Store.metrics`` gives every run's as one long pandas table.)"""
         sql = "SELECT split, step, name, value FROM metrics WHERE run_id = ?"
         params: list[Any] = [run_id]
         if split is not None:
@@ -331,6 +342,24 @@ class Store:
                 columns[name] = [by_step[s].get(name, math.nan) for s in steps]
             out[sp] = columns
         return out
+
+    def metric_rows(self, run_ids: Sequence[str] | None = None) -> list[tuple[str, int, str, str, float]]:
+        """Every metrics row ``(run_id, step, split, name, value)`` of ``run_ids`` (default: every run), runs in
+        creation order, then by split, step and name; a NaN value reads back as NaN."""
+        sql = ("SELECT m.run_id, m.step, m.split, m.name, m.value FROM metrics m LEFT JOIN runs r ON r.id = m.run_id"
+               " {where} ORDER BY r.created, m.run_id, m.split, m.step, m.name")
+        if run_ids is None:
+            rows = self._read(sql.format(where=""))
+        else:
+            unique = list(dict.fromkeys(run_ids))
+            rows = []
+            for i in range(0, len(unique), _IN_CHUNK):
+                chunk = unique[i : i + _IN_CHUNK]
+                rows.extend(self._read(sql.format(where=f"WHERE m.run_id IN ({', '.join('?' * len(chunk))})"), chunk))
+            order = {run_id: i for i, run_id in enumerate(unique)}
+            rows.sort(key=lambda row: order[row[0]])  # stable: keeps split, step, name order within a run
+        return [(run_id, step, split, name, math.nan if value is None else value)
+                for run_id, step, split, name, value in rows]
 
     # ------------------------------------------------------------------------- artifacts
 

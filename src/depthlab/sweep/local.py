@@ -10,6 +10,7 @@ from ..config import RunConfig
 from ..store import Store
 from ..train.checkpoint import SIDECAR, WEIGHTS, load_checkpoint
 from ..train.engine import TERMINAL, group_key, train_group
+from ..train.tracking import Tracker
 
 MEMORY_FRACTION = 0.25  # of physical memory, for the activations and state of one group
 # A group's widest per-step activation tensor is kept near this size. Measured with benchmarks/throughput.py on
@@ -88,10 +89,11 @@ def check_checkpoints(configs: list[RunConfig], store: Store) -> int:
 
 
 def run_local(configs: list[RunConfig], store: Store, group_size: int | None = None,
-              progress: Callable[[int], None] | None = None) -> dict[str, dict[str, Any]]:
-    """Train every run not yet done, group by group; returns final metrics by run id."""
+              progress: Callable[[int], None] | None = None,
+              tracker: Tracker | None = None) -> dict[str, dict[str, Any]]:
+    """Train every run not yet done, group by group (mirrored to ``tracker``); returns final metrics by run id."""
     check_checkpoints(configs, store)
     results: dict[str, dict[str, Any]] = {}
     for group in plan_groups(configs, group_size):
-        results.update(train_group(group, store, progress=progress))
+        results.update(train_group(group, store, progress=progress, tracker=tracker))
     return results

@@ -32,6 +32,7 @@ from .data import EVAL_SEED, DataStream, eval_set
 from .evaluate import evaluate, read_tensor
 from .objectives import per_run_correct, per_run_loss
 from .optim import GroupOptimizer
+from .tracking import Tracker
 
 
 def group_key(config: RunConfig) -> str:
@@ -71,9 +72,11 @@ class _Run:
 class Group:
     """The runs of one group while they train: the stacked model, the optimizer, and each run's state."""
 
-    def __init__(self, configs: list[tuple[RunConfig, str]], store: Store, group_size: int) -> None:
+    def __init__(self, configs: list[tuple[RunConfig, str]], store: Store, group_size: int,
+                 tracker: Tracker | None = None) -> None:
         first = configs[0][0]
         self.task, self.train, self.store, self.group_size = first.task, first.train, store, group_size
+        self.tracker = tracker or Tracker()
         task = self.task
         self.read = read_tensor(task)
         self.model = build_model(first.model, TaskShapes.of(task), [c.seed for c, _ in configs])
@@ -150,9 +153,11 @@ class Group:
             elif run.at_end or reached:
                 done.append(r)
         self.store.log_metrics_many(rows)
+        self.tracker.log(rows)
         for r in diverged:
             run = self.runs[r]
             self.store.set_status(run.id, "diverged", step=run.step, error=f"non-finite loss at step {run.step}")
+            self.tracker.finish(run.id, "diverged", None)
         if done:
             self.finish(done)
         self.leave(diverged + done)
@@ -177,6 +182,7 @@ class Group:
                 final["partial_losses"] = {name: float(value[r]) for name, value in partial.items()}
             self.store.add_artifact(run.id, "checkpoint", WEIGHTS, {"step": run.step})
             self.store.finish_run(run.id, final, status="done", step=run.step)
+            self.tracker.finish(run.id, "done", final)
             self.results[run.id] = final
 
     def leave(self, indices: list[int]) -> None:
@@ -296,7 +302,7 @@ def graceful_interrupt() -> Iterator[_StopRequest]:
 
 
 def train_group(configs: list[RunConfig], store: Store, progress: Callable[[int], None] | None = None,
-                resume: bool = True) -> dict[str, dict[str, Any]]:
+                resume: bool = True, tracker: Tracker | None = None) -> dict[str, dict[str, Any]]:
     """Train every run in ``configs`` (one group) to completion; returns final metrics by run id.
 
     Runs already done (or diverged) in the store are skipped; runs with a usable checkpoint resume from it,
@@ -304,7 +310,8 @@ def train_group(configs: list[RunConfig], store: Store, progress: Callable[[int]
     thread) stops after the current step: every run still training is checkpointed and marked
     ``interrupted``, then KeyboardInterrupt propagates; a second Ctrl-C stops at once (a checkpoint being
     written is still finished first). A worker killed outright leaves its runs ``running``; a re-run resumes
-    them from their last checkpoint.
+    them from their last checkpoint. ``tracker`` mirrors each run's start, metrics rows and end
+    (``train.tracking``).
     """
     if len({group_key(c) for c in configs}) != 1:
         raise ValueError("train_group: runs of one group must share everything but seed and lr")
@@ -314,10 +321,12 @@ def train_group(configs: list[RunConfig], store: Store, progress: Callable[[int]
     todo = [(c, i) for c, i in zip(configs, ids, strict=True) if records[i]["status"] not in TERMINAL]
     if not todo:
         return results
-    group = Group(todo, store, len(configs))
+    group = Group(todo, store, len(configs), tracker)
     if resume:
         for r in range(len(group.runs)):
             group.resume(r)
+    for run in group.runs:
+        group.tracker.start(run.id, run.config.to_dict())
     with graceful_interrupt() as stop:
         try:
             # at the end, or killed between the final checkpoint and recording the result: finish now
@@ -340,9 +349,11 @@ def train_group(configs: list[RunConfig], store: Store, progress: Callable[[int]
         except KeyboardInterrupt:
             for run in group.runs:
                 store.set_status(run.id, "interrupted", step=run.step)
+                group.tracker.finish(run.id, "interrupted", None)
             raise
         except Exception as e:
             for run in group.runs:
                 store.set_status(run.id, "failed", step=run.step, error=f"{type(e).__name__}: {e}")
+                group.tracker.finish(run.id, "failed", None)
             raise
     return {**results, **group.results}

@@ -1,0 +1,80 @@
+"""``depthlab.reproduce``: a seed's study from its preset, returning what ``depthlab reproduce --json`` prints.
+
+:func:`run_preset` is the one implementation: the CLI calls it with its progress bars, the API with its own.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .training import open_store, train_configs
+
+if TYPE_CHECKING:
+    from ..analysis.tables import Table
+    from ..store import Store
+    from ..sweep.climb import CellResult, Study
+    from ..sweep.presets import Preset
+
+Train = Callable[[list[Any], str], Any]  # train(run configs, label for the progress bar)
+
+
+def climb_studies(studies: list[Study], store: Store, train: Train, label: str) -> list[CellResult]:
+    """Climb each capability study in depth (``depthlab.sweep.climb``), one depth's runs at a time."""
+    from ..sweep.climb import climb
+
+    def one_depth(configs: list[Any], depth: int) -> None:
+        train(configs, f"{label}: {depth} layer{'s' if depth > 1 else ''}")
+
+    return [cell for study in studies for cell in climb(study, store, one_depth)]
+
+
+def run_preset(preset: Preset, store: Store, out: Path | None, train: Train) -> tuple[dict[str, Any], list[Table]]:
+    """Train a preset's runs (or climb its studies) with ``train``, then summarize them: the result object
+    (``preset``, ``scale``, the summary's keys, ``seconds``, ``threads``) and the tables to show. The figure is
+    ``<out or store/figures>/<name>-<scale>.png``."""
+    import torch
+
+    from ..report.summaries import preset_summary
+
+    summarize = preset_summary(preset)  # an unknown summary fails before any training
+    started = time.perf_counter()
+    figure = (out or store.root / "figures") / f"{preset.name}-{preset.scale}.png"
+    if preset.studies:
+        summary, tables = summarize(climb_studies(preset.studies, store, train, preset.name), figure, preset.title)
+    else:
+        train(preset.runs, preset.name)
+        ids = [store.run_id(run.to_dict()) for run in preset.runs]
+        summary, tables = summarize(store, ids, figure, preset.title)
+    result = {"preset": preset.name, "scale": preset.scale, **summary,
+              "seconds": round(time.perf_counter() - started, 1), "threads": torch.get_num_threads()}
+    return result, tables
+
+
+def reproduce(name: str, scale: str = "quick", *, store: str | Path | Store | None = None,
+              out: str | Path | None = None, progress: bool = False, log: str | list[str] = (),
+              group_size: int | None = None, **overrides: Any) -> dict[str, Any]:
+    """Re-run the preset ``name`` (``seed001-depth``, …; ``depthlab reproduce --help`` lists them) at ``scale``
+    (quick or paper) into ``store``, write its figure (into ``out``, default ``<store>/figures``), and return the
+    object ``depthlab reproduce NAME --json`` prints: ``preset``, ``scale``, the summary (``rows``, ``figure``,
+    …), ``seconds``, ``threads``. Runs already in the store are reused.
+
+    ``overrides`` change every run of the preset, as ``--set`` does (``train__steps=500`` or
+    ``**{"train.steps": 500}``); ``progress``, ``log``, ``group_size`` as for :func:`depthlab.sweep`.
+    """
+    from ..config import flat_fields
+    from ..sweep.presets import load_preset
+    from .catalog import load_plugins
+
+    load_plugins()
+    fields = flat_fields({key.replace("__", "."): value for key, value in overrides.items()})
+    preset = load_preset(name, scale, [f"{field}={json.dumps(value)}" for field, value in fields.items()])
+    db = open_store(store)
+
+    def train(configs: list[Any], label: str) -> None:
+        train_configs(configs, db, label, progress, log, group_size)
+
+    return run_preset(preset, db, Path(out) if out is not None else None, train)[0]
