@@ -27,6 +27,7 @@ from .common import (
     setup_threads,
     show,
 )
+from .figures import FormatOpt, vector_format
 
 CAPABILITY_RECIPE = "seed001-depth"  # the capability command trains with this preset's model and train settings
 
@@ -36,6 +37,7 @@ def reproduce(name: Annotated[str, typer.Argument(help="preset name, e.g. seed00
               scale: Annotated[str, typer.Option(help="quick (minutes on a laptop) or paper (seed sizes)")] = "quick",
               set_: SetOpt = None, store: StoreOpt = None,
               out: Annotated[Path | None, typer.Option(help="folder for figures (default: <store>/figures)")] = None,
+              format_: FormatOpt = "png",
               group_size: Annotated[int | None, typer.Option("--group-size", min=1)] = None,
               json_out: JsonOpt = False) -> None:
     """Re-run a seed's study from its preset and print its table; writes its figure."""
@@ -43,6 +45,7 @@ def reproduce(name: Annotated[str, typer.Argument(help="preset name, e.g. seed00
     from ..store import Store
     from ..sweep.presets import load_preset
 
+    vector = vector_format(format_)
     preset = load_preset(name, scale, set_)
     summarize = preset_summary(preset)
     threads = setup_threads()
@@ -53,10 +56,12 @@ def reproduce(name: Annotated[str, typer.Argument(help="preset name, e.g. seed00
                       f"{threads} threads. {preset.note}")
     figure = (out or db.root / "figures") / f"{name}-{scale}.png"
     if preset.studies:
-        summary, tables = summarize(_climb(preset.studies, db, group_size, json_out, name), figure, preset.title)
+        summary, tables = summarize(_climb(preset.studies, db, group_size, json_out, name), figure, preset.title,
+                                    vector=vector)
     else:
         run_sweep(preset.runs, db, group_size, json_out, name)
-        summary, tables = summarize(db, [Store.run_id(r.to_dict()) for r in preset.runs], figure, preset.title)
+        summary, tables = summarize(db, [Store.run_id(r.to_dict()) for r in preset.runs], figure, preset.title,
+                                    vector=vector)
     elapsed = time.perf_counter() - started
     if json_out:
         emit({"preset": name, "scale": scale, **summary, "seconds": round(elapsed, 1), "threads": threads})
@@ -99,8 +104,8 @@ def capability(
                                                                 "a row per value (table and heat map)")] = None,
         figure: Annotated[Path | None, typer.Option(help="heat map file (.png/.svg/.pdf; default: "
                                                          "<store>/figures/capability-TASK.png)")] = None,
-        store: StoreOpt = None, group_size: GroupSizeOpt = None, executor: ExecutorOpt = "local",
-        address: AddressOpt = None, json_out: JsonOpt = False) -> None:
+        format_: FormatOpt = "png", store: StoreOpt = None, group_size: GroupSizeOpt = None,
+        executor: ExecutorOpt = "local", address: AddressOpt = None, json_out: JsonOpt = False) -> None:
     """The smallest depth at which a strict majority of seeds reach --target on held-out data, per width.
 
     Climbs one depth at a time (every width, value and seed of a depth trained batched) and stops once every
@@ -114,6 +119,7 @@ def capability(
     from ..sweep.presets import recipe
 
     check_executor(executor, address)
+    vector = vector_format(format_)
     base = apply_overrides(cap.default_base(task, model, recipe(CAPABILITY_RECIPE)), cap.task_overrides(set_))
     study = cap.Study(base, cap.parse_layers(layers), list(range(seeds)), cap.parse_target(target),
                       cap.parse_widths(widths), cap.parse_vary(vary))
@@ -126,7 +132,7 @@ def capability(
                       f"at most {cap.most_runs(study)} runs, {threads} threads")
     cells = _climb([study], db, group_size, json_out, task, executor, address)
     path = figure or db.root / "figures" / f"capability-{task}{'-' + field if field else ''}.png"
-    summary, tables = min_depth_summary(cells, path, f"{task} ({model})")
+    summary, tables = min_depth_summary(cells, path, f"{task} ({model})", vector=vector)
     elapsed = time.perf_counter() - started
     if json_out:
         emit({"task": task, "model": model, "target": study.target, "layers": study.layers, "seeds": study.seeds,
