@@ -32,10 +32,11 @@ def climb_studies(studies: list[Study], store: Store, train: Train, label: str) 
     return [cell for study in studies for cell in climb(study, store, one_depth)]
 
 
-def run_preset(preset: Preset, store: Store, out: Path | None, train: Train) -> tuple[dict[str, Any], list[Table]]:
+def run_preset(preset: Preset, store: Store, out: Path | None, train: Train,
+               vector: str | None = None) -> tuple[dict[str, Any], list[Table]]:
     """Train a preset's runs (or climb its studies) with ``train``, then summarize them: the result object
     (``preset``, ``scale``, the summary's keys, ``seconds``, ``threads``) and the tables to show. The figure is
-    ``<out or store/figures>/<name>-<scale>.png``."""
+    ``<out or store/figures>/<name>-<scale>.png``, with its ``vector`` file (pdf, svg) next to it when asked."""
     import torch
 
     from ..report.summaries import preset_summary
@@ -44,11 +45,12 @@ def run_preset(preset: Preset, store: Store, out: Path | None, train: Train) -> 
     started = time.perf_counter()
     figure = (out or store.root / "figures") / f"{preset.name}-{preset.scale}.png"
     if preset.studies:
-        summary, tables = summarize(climb_studies(preset.studies, store, train, preset.name), figure, preset.title)
+        summary, tables = summarize(climb_studies(preset.studies, store, train, preset.name), figure, preset.title,
+                                    vector=vector)
     else:
         train(preset.runs, preset.name)
         ids = [store.run_id(run.to_dict()) for run in preset.runs]
-        summary, tables = summarize(store, ids, figure, preset.title)
+        summary, tables = summarize(store, ids, figure, preset.title, vector=vector)
     result = {"preset": preset.name, "scale": preset.scale, **summary,
               "seconds": round(time.perf_counter() - started, 1), "threads": torch.get_num_threads()}
     return result, tables

@@ -1,13 +1,16 @@
 """The ``depthlab`` command. Every command takes ``--json`` and then prints exactly one JSON object to stdout.
 
-``app`` (the Typer app and its plugin-loading callback) and ``main`` are in :mod:`.app`; what commands share
-(options, the JSON emitter, opening stores and runs, progress bars, tables) in :mod:`.common`; each command group
-in a module of its own that registers its commands on ``app`` when imported: ``llm`` (llm-prompts, llm-bench),
-``construct``, ``report``, ``induction`` (induction, export), ``runs`` (tasks, sample, train, sweep, runs),
-``reproduce`` (reproduce, capability, bench) and ``analyze``.
+``app`` (the Typer app and its plugin-loading callback) and the function that runs it are in :mod:`.app`; what
+commands share (options, the JSON emitter, opening stores and runs, progress bars, tables) in :mod:`.common`; each
+command group in a module of its own that registers its commands on ``app`` when imported: ``llm`` (llm-prompts,
+llm-bench), ``construct``, ``report``, ``induction`` (induction, export), ``runs`` (tasks, sample, train, sweep,
+runs), ``reproduce`` (reproduce, capability, bench) and ``analyze``; the ``--format`` option of the commands that
+draw in :mod:`.figures`. :func:`main`, the entry point, draws figures with a non-interactive backend (Agg): the
+command's process chooses it, never an import of depthlab.
 """
 
-from depthlab.cli.app import app, main
+from depthlab.cli.app import app
+from depthlab.cli.app import main as run_app
 
 # Each module registers its commands on ``app`` when imported; ``depthlab --help`` lists them in this order.
 # isort: off
@@ -15,3 +18,12 @@ from depthlab.cli import llm, construct, report, induction, runs, reproduce, ana
 # isort: on
 
 __all__ = ["app", "main"]
+
+
+def main() -> None:
+    """The ``depthlab`` command: Agg for every figure this process draws (no window, no display needed), then the
+    app."""
+    import matplotlib
+
+    matplotlib.use("agg")
+    run_app()

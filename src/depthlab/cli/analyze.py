@@ -1,6 +1,7 @@
 """``depthlab analyze attention|ablate|circuit|emergence``: looking inside a trained run.
 
-Figures go to the run's artifact folder (``<store>/artifacts/<run>/``) and their paths are in the JSON. Examples
+Figures go to the run's artifact folder (``<store>/artifacts/<run>/``; with ``--format pdf|svg`` each also as a
+vector file next to its PNG) and their paths are in the JSON. Examples
 are drawn from the task's evaluation split with ``--seed`` (the same ones for every run of a task), or given with
 ``--example`` in ``depthlab sample`` notation (token tasks).
 """
@@ -17,6 +18,7 @@ from ..analysis.tables import Table
 from ..errors import UserError
 from .app import app
 from .common import JsonOpt, StoreOpt, emit, open_run, show
+from .figures import FormatOpt, vector_format
 
 analyze_app = typer.Typer(no_args_is_help=True, help="Look inside a trained run: attention maps, ablations, circuits, "
                                                      "emergence (seed 002 Appendix E, Figure 7).")
@@ -37,26 +39,36 @@ def _examples(run, n: int, seed: int, texts: list[str] | None):
     return sample_examples(run.task, n, seed)
 
 
+def _save_figure(db, run_id: str, fig, name: str, meta: dict, vector: str | None) -> Path:
+    """Write ``fig`` as the run's artifact ``name`` (and its vector file), each recorded in the store."""
+    from ..draw import save
+
+    path = save(fig, db.artifact_path(run_id, "figure", name), vector)
+    for file in dict.fromkeys([name, *([str(Path(name).with_suffix(f".{vector}"))] if vector else [])]):
+        db.add_artifact(run_id, "figure", file, meta)
+    return path
+
+
 @analyze_app.command("attention")
 def attention_cmd(run: RunArg, example: Annotated[list[str] | None, typer.Option(
                       "--example", help="an input in `depthlab sample` notation (repeatable; token tasks)")] = None,
                   n: Annotated[int, typer.Option("-n", min=1, max=64, help="sampled examples")] = 2,
                   seed: SeedOpt = 0, values: Annotated[bool, typer.Option(
                       "--values", help="also put the attention values in the JSON")] = False,
-                  store: StoreOpt = None, json_out: JsonOpt = False) -> None:
+                  format_: FormatOpt = "png", store: StoreOpt = None, json_out: JsonOpt = False) -> None:
     """Attention maps of every layer and head, labelled with the decoded tokens (seed 001 Figure 3 style)."""
     from ..analysis.attention import examples_with_attention
-    from ..draw import save
     from ..draw.attention import attention_figure
 
+    vector = vector_format(format_)
     db, loaded = open_run(store, run)
     batch = _examples(loaded, n, seed, example)
     items = examples_with_attention(loaded, batch)
     out = []
     for i, item in enumerate(items):
         name = f"analysis/attention-seed{seed}-{i}.png" if not example else f"analysis/attention-example-{i}.png"
-        path = save(attention_figure([item], f"run {loaded.id}"), db.artifact_path(loaded.id, "figure", name))
-        db.add_artifact(loaded.id, "figure", name, {"analysis": "attention", "text": item["text"]})
+        path = _save_figure(db, loaded.id, attention_figure([item], f"run {loaded.id}"), name,
+                            {"analysis": "attention", "text": item["text"]}, vector)
         row = {k: v for k, v in item.items() if k != "layers"}
         row["figure"] = str(path)
         if values:
@@ -104,14 +116,15 @@ def circuit_cmd(run: RunArg, circuit: Annotated[Path | None, typer.Argument(
                 tolerance: Annotated[float, typer.Option(help="--discover: loss allowed above the intact model's")
                                      ] = 0.05,
                 n: Annotated[int, typer.Option("-n", min=1, help="evaluation examples")] = 1024,
-                seed: SeedOpt = 0, store: StoreOpt = None, json_out: JsonOpt = False) -> None:
+                seed: SeedOpt = 0, format_: FormatOpt = "png", store: StoreOpt = None,
+                json_out: JsonOpt = False) -> None:
     """Seed 002 Appendix E: reduce the model to a circuit's paths, then drop each path and report the loss rise."""
     from ..analysis.circuit import discover, load_circuit, validate
-    from ..draw import save
     from ..draw.circuit import circuit_figure
 
     if (circuit is None) == (not discover_):
         raise UserError("circuit: give a circuit file or --discover (not both)")
+    vector = vector_format(format_)
     db, loaded = open_run(store, run)
     batch = _examples(loaded, n, seed, None)
     log = None
@@ -127,8 +140,8 @@ def circuit_cmd(run: RunArg, circuit: Annotated[Path | None, typer.Argument(
     else:
         spec = load_circuit(circuit, loaded.model, loaded.task)
     result = validate(loaded.model, loaded.task, batch, spec)
-    figure = save(circuit_figure(result, loaded.id), db.artifact_path(loaded.id, "figure", "analysis/circuit.png"))
-    db.add_artifact(loaded.id, "figure", "analysis/circuit.png", {"analysis": "circuit"})
+    figure = _save_figure(db, loaded.id, circuit_figure(result, loaded.id), "analysis/circuit.png",
+                          {"analysis": "circuit"}, vector)
     out = {"run": loaded.id, "step": loaded.step, "circuit_file": str(circuit), "figure": str(figure), **result}
     if log is not None:
         out["discovery"] = log
@@ -147,19 +160,19 @@ def circuit_cmd(run: RunArg, circuit: Annotated[Path | None, typer.Argument(
 @analyze_app.command("emergence")
 def emergence_cmd(run: RunArg, circuit: Annotated[Path, typer.Argument(help="circuit file (YAML)")],
                   examples: Annotated[int, typer.Option(min=1, help="sequences for the mean attention")] = 32,
-                  seed: SeedOpt = 1, store: StoreOpt = None, json_out: JsonOpt = False) -> None:
+                  seed: SeedOpt = 1, format_: FormatOpt = "png", store: StoreOpt = None,
+                  json_out: JsonOpt = False) -> None:
     """Mean attention on each path at every kept checkpoint; the first step above 0.5 (seed 002 Figure 7)."""
     from ..analysis.circuit import load_circuit
     from ..analysis.emergence import emergence, emergence_table
-    from ..draw import save
     from ..draw.emergence import emergence_figure
 
+    vector = vector_format(format_)
     db, loaded = open_run(store, run)
     spec = load_circuit(circuit, loaded.model, loaded.task)
     result = emergence(db, loaded, spec, examples=examples, seed=seed)
-    figure = save(emergence_figure(result, f"run {loaded.id}"),
-                  db.artifact_path(loaded.id, "figure", "analysis/emergence.png"))
-    db.add_artifact(loaded.id, "figure", "analysis/emergence.png", {"analysis": "emergence"})
+    figure = _save_figure(db, loaded.id, emergence_figure(result, f"run {loaded.id}"), "analysis/emergence.png",
+                          {"analysis": "emergence"}, vector)
     result["figure"] = str(figure)
     result["circuit_file"] = str(circuit)
     if json_out:

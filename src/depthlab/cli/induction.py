@@ -13,6 +13,7 @@ from rich.console import Console
 from ..errors import UserError
 from .app import app
 from .common import JsonOpt, StoreOpt, emit, open_run, show
+from .figures import FormatOpt, vector_format
 
 
 def _slug(text: str) -> str:
@@ -61,13 +62,14 @@ def induction(model: Annotated[str | None, typer.Option(
               device: Annotated[str, typer.Option(help="torch device of a TransformerLens model")] = "cpu",
               out: Annotated[Path | None, typer.Option(help="figure folder (default: the run's artifacts, "
                                                             "or <store>/figures/induction-NAME)")] = None,
-              store: StoreOpt = None, json_out: JsonOpt = False) -> None:
+              format_: FormatOpt = "png", store: StoreOpt = None, json_out: JsonOpt = False) -> None:
     """Seed 004: induction strength, A/B power and bleeding of a language model; writes four figures."""
     from ..draw.induction import write_figures
     from ..induction.sequences import default_token_range, parse_token_range
     from ..induction.study import Settings, run_study, summary
     from ..induction.tables import summary_tables
 
+    vector = vector_format(format_)
     lm, folder, protocol = _load_model(model, run, store, device)
     try:
         token_range = default_token_range(lm.d_vocab) if tokens is None else parse_token_range(tokens, lm.d_vocab)
@@ -84,7 +86,7 @@ def induction(model: Annotated[str | None, typer.Option(
         study = run_study(lm, settings)
     except ValueError as e:
         raise UserError(f"--model/--run: {e}") from None
-    figures = write_figures(study, out or folder, "induction")
+    figures = write_figures(study, out or folder, "induction", vector)
     seconds = round(time.perf_counter() - started, 1)
     result = {**summary(study), "figures": [str(f) for f in figures], "seconds": seconds}
     if json_out:

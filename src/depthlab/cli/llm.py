@@ -15,6 +15,7 @@ from ..errors import UserError
 from ..llm.prompts import DEFAULT_CHAINS, FORMULATIONS, check_chains, check_formulation, resolve_depth
 from .app import app
 from .common import JsonOpt, console, emit, open_store, progress_bar, show
+from .figures import FormatOpt, vector_format
 
 _FORMULATION_HELP = ", ".join(FORMULATIONS)
 
@@ -82,6 +83,7 @@ def llm_bench(
         Path | None, typer.Option("--store", help="store folder (default: $DEPTHLAB_STORE or ./depthlab-runs)")
     ] = None,
     out: Annotated[Path | None, typer.Option("--out", help="figure file (default: in the run's artifacts)")] = None,
+    format_: FormatOpt = "png",
     json_out: JsonOpt = False,
 ) -> None:
     """Seed 002 §4: ask a language model the retrieval questions; accuracy per formulation and D.
@@ -92,6 +94,7 @@ def llm_bench(
     from ..draw.llm import accuracy_figure
     from ..llm.bench import BenchConfig, parse_depths, run_bench
 
+    vector = vector_format(format_)
     if model and endpoint:
         raise UserError("--model, --endpoint: give one (--model for a local model, --endpoint for a served one)")
     if not model and not endpoint:
@@ -138,7 +141,7 @@ def llm_bench(
     finally:
         runner.close()
         the_store.close()
-    save(accuracy_figure(result, title=result["model"]), result["figure"])
+    save(accuracy_figure(result, title=result["model"]), result["figure"], vector)
     if json_out:
         emit(result)
         return

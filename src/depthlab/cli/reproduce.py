@@ -27,6 +27,7 @@ from .common import (
     setup_threads,
     show,
 )
+from .figures import FormatOpt, vector_format
 
 CAPABILITY_RECIPE = "seed001-depth"  # the capability command trains with this preset's model and train settings
 
@@ -36,12 +37,14 @@ def reproduce(name: Annotated[str, typer.Argument(help="preset name, e.g. seed00
               scale: Annotated[str, typer.Option(help="quick (minutes on a laptop) or paper (seed sizes)")] = "quick",
               set_: SetOpt = None, store: StoreOpt = None,
               out: Annotated[Path | None, typer.Option(help="folder for figures (default: <store>/figures)")] = None,
+              format_: FormatOpt = "png",
               group_size: Annotated[int | None, typer.Option("--group-size", min=1)] = None,
               json_out: JsonOpt = False) -> None:
     """Re-run a seed's study from its preset and print its table; writes its figure."""
     from ..api.reproduce import run_preset
     from ..sweep.presets import load_preset
 
+    vector = vector_format(format_)
     preset = load_preset(name, scale, set_)
     threads = setup_threads()
     db = open_store(store)
@@ -49,7 +52,7 @@ def reproduce(name: Annotated[str, typer.Argument(help="preset name, e.g. seed00
         console.print(f"[bold]{preset.title}[/] ({preset.reproduces}), scale {scale}: {preset.size}, "
                       f"{threads} threads. {preset.note}")
     result, tables = run_preset(preset, db, out, lambda configs, label: run_sweep(configs, db, group_size, json_out,
-                                                                                   label))
+                                                                                   label), vector)
     if json_out:
         emit(result)
         return
@@ -88,8 +91,8 @@ def capability(
                                                                 "a row per value (table and heat map)")] = None,
         figure: Annotated[Path | None, typer.Option(help="heat map file (.png/.svg/.pdf; default: "
                                                          "<store>/figures/capability-TASK.png)")] = None,
-        store: StoreOpt = None, group_size: GroupSizeOpt = None, executor: ExecutorOpt = "local",
-        address: AddressOpt = None, json_out: JsonOpt = False) -> None:
+        format_: FormatOpt = "png", store: StoreOpt = None, group_size: GroupSizeOpt = None,
+        executor: ExecutorOpt = "local", address: AddressOpt = None, json_out: JsonOpt = False) -> None:
     """The smallest depth at which a strict majority of seeds reach --target on held-out data, per width.
 
     Climbs one depth at a time (every width, value and seed of a depth trained batched) and stops once every
@@ -103,6 +106,7 @@ def capability(
     from ..sweep.presets import recipe
 
     check_executor(executor, address)
+    vector = vector_format(format_)
     base = apply_overrides(cap.default_base(task, model, recipe(CAPABILITY_RECIPE)), cap.task_overrides(set_))
     study = cap.Study(base, cap.parse_layers(layers), list(range(seeds)), cap.parse_target(target),
                       cap.parse_widths(widths), cap.parse_vary(vary))
@@ -115,7 +119,7 @@ def capability(
                       f"at most {cap.most_runs(study)} runs, {threads} threads")
     cells = _climb([study], db, group_size, json_out, task, executor, address)
     path = figure or db.root / "figures" / f"capability-{task}{'-' + field if field else ''}.png"
-    summary, tables = min_depth_summary(cells, path, f"{task} ({model})")
+    summary, tables = min_depth_summary(cells, path, f"{task} ({model})", vector=vector)
     elapsed = time.perf_counter() - started
     if json_out:
         emit({"task": task, "model": model, "target": study.target, "layers": study.layers, "seeds": study.seeds,

@@ -2,11 +2,13 @@
 
 A module per subject returns matplotlib figures (``depth``: seed 001 Figure 2; ``attention``: attention maps;
 ``capability``: the minimum-depth heat map; ``lengths``, ``layers``, ``emergence``, ``circuit``, ``induction``,
-``llm``, ``widths``), and :func:`save` writes any of them (PNG, SVG or PDF). ``svg`` draws the HTML report's
-inline-SVG heat maps and line charts, ``curves`` its training curves. ``style`` holds the one style, the figure
-that keeps it (``new_figure``) and :func:`save`.
+``llm``, ``widths``), and :func:`save` writes any of them (PNG, SVG or PDF; with ``vector``, a PDF or SVG next to
+the PNG). ``svg`` draws the HTML report's inline-SVG heat maps and line charts, ``curves`` its training curves.
+``style`` holds the one style, the figure that keeps it (``new_figure``), :func:`literal` (text from data drawn as
+written, never as mathtext), the one legend of a figure of several panels, and :func:`save`. No module chooses a
+matplotlib backend.
 """
 
-from .style import STYLE, save
+from .style import STYLE, literal, save
 
-__all__ = ["STYLE", "save"]
+__all__ = ["STYLE", "literal", "save"]

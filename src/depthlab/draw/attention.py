@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from .style import new_figure
+from .style import literal, new_figure
 
 MAX_COLUMNS = 6  # one-head models with more layers wrap into rows of this many panels (seed 002: 12, 24 layers)
 MAX_LABEL = 160  # characters of an example's text shown above its maps
@@ -47,11 +47,10 @@ def attention_figure(examples: Sequence[dict[str, Any]], title: str | None = Non
     n = max(len(ex["tokens"]) for ex in examples)
     side = min(max(0.26 * n + 0.9, 2.0), 5.0)
     font = 8 if n <= 20 else 5 if n <= 40 else 3
-    with new_figure(figsize=(side * cols + 0.4, (side * rows + 0.9) * len(examples) + (0.3 if title else 0)),
-                    layout="constrained") as fig:
+    with new_figure(figsize=(side * cols + 0.4, (side * rows + 0.9) * len(examples) + (0.3 if title else 0))) as fig:
         blocks = fig.subfigures(len(examples), 1, squeeze=False)[:, 0]
         for block, (sub, ex) in enumerate(zip(blocks, examples, strict=True)):
-            tokens = list(ex["tokens"])
+            tokens = [literal(t) for t in ex["tokens"]]
             axes = sub.subplots(rows, cols, squeeze=False)
             for ax in axes.flat[len(panels):]:
                 ax.set_visible(False)
@@ -76,7 +75,7 @@ def attention_figure(examples: Sequence[dict[str, Any]], title: str | None = Non
                 for ax in axes[-1]:
                     if ax.get_visible():
                         ax.set_xlabel("key")
-            sub.suptitle(_label(ex), fontsize=9, x=0.02, ha="left")
+            sub.suptitle(literal(_label(ex)), fontsize=9, x=0.02, ha="left")
         if title:
-            fig.suptitle(title, fontsize=10)
+            fig.suptitle(literal(title), fontsize=10)
     return fig

@@ -15,7 +15,7 @@ from matplotlib.patches import Rectangle
 
 from ..analysis.capability import mean_accuracy
 from ..sweep.climb import CellResult
-from .style import new_figure
+from .style import literal, new_figure
 
 
 def min_depth_figure(cells: Sequence[CellResult], title: str = "", expected_label: str = "expected") -> Figure:
@@ -47,10 +47,9 @@ def min_depth_figure(cells: Sequence[CellResult], title: str = "", expected_labe
                 ax.add_patch(Rectangle((depths.index(expected[i]) - 0.42, i - 0.42), 0.84, 0.84, fill=False,
                                        lw=1.2, ls="--", edgecolor="tab:red"))
         ax.set_xticks(range(len(depths)), [str(d) for d in depths])
-        ax.set_yticks(range(len(labels)), labels)
+        ax.set_yticks(range(len(labels)), [literal(label) for label in labels])
         ax.set_xlabel("layers")
-        note = "black: minimum depth" + (f"; red dashed: {expected_label}" if any(expected) else "")
-        ax.set_title(f"{title}\n{note}" if title else note, fontsize=8)
+        note = "black: minimum depth" + (f"; red dashed: {literal(expected_label)}" if any(expected) else "")
+        ax.set_title(f"{literal(title)}\n{note}" if title else note, fontsize=8)
         fig.colorbar(image, ax=ax, label="accuracy (mean over seeds)", shrink=0.8)
-        fig.tight_layout()
     return fig

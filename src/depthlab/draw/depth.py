@@ -14,7 +14,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ..analysis.capability import aggregate_curves, depth_label
-from .style import new_figure
+from .style import figure_legend, literal, new_figure, whole_decades
 from .svg import Series, depth_colours, grid_svg, line_chart_svg
 
 CHART_W, CHART_H = 340, 220  # one chart of the HTML report, in pixels
@@ -25,9 +25,9 @@ def depth_figure(curves: dict[tuple[str, int], list[dict[str, list[float]]]], ta
     """Accuracy (top) and loss (bottom) against steps, a column per task, a line per depth.
 
     ``curves`` maps (task, depth) to each seed's eval metrics. Lines are the mean over seeds, shaded between the
-    lowest and highest seed; chance dashed.
+    lowest and highest seed; chance dashed. Panels of one size, one legend at the right.
     """
-    with new_figure(figsize=(3.2 * len(tasks), 5.2)) as fig:
+    with new_figure(figsize=(2.6 * len(tasks) + 1.2, 4.6)) as fig:
         axes = fig.subplots(2, len(tasks), squeeze=False)
         depths = sorted({layers for (_, layers) in curves})
         colors = matplotlib.colormaps["viridis"](np.linspace(0.1, 0.85, max(len(depths), 1)))
@@ -44,16 +44,16 @@ def depth_figure(curves: dict[tuple[str, int], list[dict[str, list[float]]]], ta
                     ax.plot(steps, values.mean(0), color=color, label=depth_label(depth))
                     if len(runs) > 1:
                         ax.fill_between(steps, values.min(0), values.max(0), color=color, alpha=0.2, lw=0)
-            axes[0, col].set_title(task)
+            axes[0, col].set_title(literal(task))
             if task in chance:
-                axes[0, col].axhline(chance[task], color="grey", ls="--", lw=0.8)
+                axes[0, col].axhline(chance[task], color="grey", ls="--", lw=0.8, label="chance")
             axes[0, col].set_ylim(-0.02, 1.02)
             axes[1, col].set_yscale("log")
+            whole_decades(axes[1, col])
             axes[1, col].set_xlabel("step")
         axes[0, 0].set_ylabel("accuracy (eval)")
         axes[1, 0].set_ylabel("loss (eval)")
-        axes[0, -1].legend(loc="lower right", frameon=False)
-        fig.tight_layout()
+        figure_legend(fig, axes.flat)
     return fig
 
 

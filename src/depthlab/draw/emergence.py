@@ -9,34 +9,33 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
-from .style import new_figure
+from .style import figure_legend, literal, new_figure, whole_decades
 
 
 def emergence_figure(result: dict[str, Any], title: str = "") -> Figure:
     """Left: loss and partial losses against steps (Figure 6); right: attention on each path (Figure 7, App. D),
-    the first step above the threshold dotted."""
+    the first step above the threshold dotted. Panels of one size, one legend at the right."""
     steps = result["steps"]
-    with new_figure(figsize=(10, 3.8)) as fig:
+    with new_figure(figsize=(9.6, 3.4)) as fig:
         left, right = fig.subplots(1, 2)
         left.plot(steps, result["loss"], color="black", lw=1.5, label="loss")
         colors = matplotlib.colormaps["viridis"](np.linspace(0.1, 0.85, len(result["partial_losses"])))
         for (name, values), color in zip(result["partial_losses"].items(), colors, strict=True):
-            left.plot(steps, values, color=color, label=f"partial loss {name}")
+            left.plot(steps, values, color=color, label=f"partial loss {literal(name)}")
         left.set_yscale("log")
+        whole_decades(left)
         left.set_xlabel("step")
         left.set_ylabel("validation loss")
-        left.legend(frameon=False, fontsize=7)
         path_colors = matplotlib.colormaps["tab20"](np.linspace(0, 1, len(result["paths"])))
         for p, color in zip(result["paths"], path_colors, strict=True):
-            right.plot(steps, p["attention"], color=color, label=p["path"])
+            right.plot(steps, p["attention"], color=color, label=literal(p["path"]))
             if p["first_step_above"] is not None:
                 right.axvline(p["first_step_above"], color=color, lw=0.6, ls=":")
-        right.axhline(result["threshold"], color="grey", ls="--", lw=0.8)
+        right.axhline(result["threshold"], color="grey", ls="--", lw=0.8, label="threshold (dotted: first step above)")
         right.set_ylim(-0.02, 1.02)
         right.set_xlabel("step")
         right.set_ylabel("mean attention on path")
-        right.legend(frameon=False, fontsize=6, loc="center left", bbox_to_anchor=(1.0, 0.5))
+        figure_legend(fig, (left, right), fontsize=7)
         if title:
-            fig.suptitle(title, fontsize=9)
-        fig.tight_layout()
+            fig.suptitle(literal(title), fontsize=9)
     return fig

@@ -6,50 +6,56 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 
 from ..induction.measure import Bleeding, LogOddsPair, Powers
 from ..induction.study import Study
-from .style import new_figure, save
+from .style import figure_legend, literal, new_figure, save
 
 
 def strength_figure(strengths: dict[str, np.ndarray]) -> Figure:
-    """Histogram of induction strengths, one overlaid distribution per model, medians dashed."""
-    with new_figure(figsize=(5.5, 3.4)) as fig:
+    """Histogram of induction strengths, one overlaid distribution per model, medians dashed; the legend below."""
+    with new_figure(figsize=(5.5, 3.4 + 0.16 * len(strengths))) as fig:
         ax = fig.subplots()
         for name, s in strengths.items():
-            line = ax.hist(s, bins=60, alpha=0.45, label=f"{name} (median {np.median(s):.2f})")[2][0]
+            line = ax.hist(s, bins=60, alpha=0.45, label=f"{literal(name)} (median {np.median(s):.2f})")[2][0]
             ax.axvline(np.median(s), color=line.get_facecolor(), ls="--", lw=1)
         ax.axvline(0, color="grey", lw=0.8)
         ax.set_xlabel("induction strength: log odds of B, induction − shuffled")
         ax.set_ylabel("sequences")
-        ax.legend(frameon=False, fontsize=7)
-        fig.tight_layout()
+        figure_legend(fig, [ax], loc="outside lower center", fontsize=7)
     return fig
 
 
 def log_odds_figure(conditions: dict[str, LogOddsPair], title: str = "") -> Figure:
     """Seed 004 Result 1: 2-D histograms of log odds of B after shuffling (x) and before (y), one panel per
-    condition (A and B random, A fixed, B fixed, both fixed); the diagonal is zero strength."""
-    with new_figure(figsize=(3.1 * len(conditions), 3.2)) as fig:
-        axes = fig.subplots(1, len(conditions), squeeze=False)
+    condition (A and B random, A fixed, B fixed, both fixed), one colour scale; the diagonal is zero strength."""
+    with new_figure(figsize=(2.5 * len(conditions) + 0.9, 3.2), layout="compressed") as fig:  # square panels
+        axes = fig.subplots(1, len(conditions), squeeze=False, sharex=True, sharey=True)[0]
         every = np.concatenate([np.concatenate([p.induction, p.shuffled]) for p in conditions.values()])
         lo, hi = np.percentile(every, [0.5, 99.5])
-        for ax, (name, pair) in zip(axes[0], conditions.items(), strict=True):
-            ax.hist2d(pair.shuffled, pair.induction, bins=50, range=[[lo, hi], [lo, hi]], cmap="viridis", cmin=1)
-            ax.plot([lo, hi], [lo, hi], color="white", lw=0.8, ls="--")
-            ax.set_title(f"{name}\nmedian strength {np.median(pair.strength):.2f}", fontsize=8)
+        bins = np.linspace(lo, hi, 51)
+        counts = {name: np.histogram2d(pair.shuffled, pair.induction, bins=[bins, bins])[0]
+                  for name, pair in conditions.items()}
+        norm = LogNorm(1, max(max(c.max() for c in counts.values()), 1))
+        for ax, (name, pair) in zip(axes, conditions.items(), strict=True):
+            image = ax.pcolormesh(bins, bins, np.ma.masked_less(counts[name].T, 1), cmap="viridis", norm=norm)
+            ax.plot([lo, hi], [lo, hi], color="grey", lw=0.8, ls="--")
+            ax.set_aspect("equal")
+            ax.set_title(f"{literal(name)}\nmedian strength {np.median(pair.strength):.2f}", fontsize=8)
             ax.set_xlabel("log odds of B, shuffled")
-        axes[0, 0].set_ylabel("log odds of B, induction")
+        axes[0].set_ylabel("log odds of B, induction")
+        fig.colorbar(image, ax=list(axes), label="sequences", shrink=0.85, pad=0.015)
         if title:
-            fig.suptitle(title, fontsize=9)
-        fig.tight_layout()
+            fig.suptitle(literal(title), fontsize=9)
     return fig
 
 
 def powers_figure(p: Powers, title: str = "") -> Figure:
-    """Seed 004 Result 1: histograms of A power and B power over the token range, and B power against A power."""
-    with new_figure(figsize=(8, 3.3)) as fig:
+    """Seed 004 Result 1: histograms of A power and B power over the token range, and B power against A power;
+    panels of one size, one legend below."""
+    with new_figure(figsize=(7.2, 3.5)) as fig:
         left, right = fig.subplots(1, 2)
         bins = np.histogram_bin_edges(np.concatenate([p.a_mean, p.b_mean]), bins=50)
         for role, values in (("A", p.a_mean), ("B", p.b_mean)):
@@ -57,42 +63,41 @@ def powers_figure(p: Powers, title: str = "") -> Figure:
             left.hist(values, bins=bins, alpha=0.5, label=label)
         left.set_xlabel(f"mean induction strength over {p.per_token} sequences")
         left.set_ylabel("tokens")
-        left.legend(frameon=False, fontsize=7)
         r = np.corrcoef(p.a_mean, p.b_mean)[0, 1] if len(p.ids) > 1 else float("nan")
         right.errorbar(p.a_mean, p.b_mean, xerr=p.a_se, yerr=p.b_se, fmt="o", ms=2, lw=0.4, alpha=0.6)
         right.set_xlabel("A power")
         right.set_ylabel("B power")
         right.set_title(f"{len(p.ids)} tokens, correlation {r:.2f}", fontsize=8)
+        figure_legend(fig, (left, right), loc="outside lower center", ncols=2, fontsize=7)
         if title:
-            fig.suptitle(title, fontsize=9)
-        fig.tight_layout()
+            fig.suptitle(literal(title), fontsize=9)
     return fig
 
 
 def bleeding_figure(results: dict[str, Bleeding]) -> Figure:
     """Seed 004 Result 2: mean strength (± standard error) of B's r-th nearest token against r, with B itself
-    (rank 0) and random tokens (dashed), one line per model."""
-    with new_figure(figsize=(5.5, 3.4)) as fig:
+    (rank 0) and random tokens (dashed), one line per model; the legend below."""
+    with new_figure(figsize=(5.5, 3.4 + 0.16 * len(results))) as fig:
         ax = fig.subplots()
         for name, bl in results.items():
             ranks = np.arange(bl.near.shape[1] + 1)
             values = np.concatenate([bl.b[:, None], bl.near], axis=1)
             se = values.std(0, ddof=1) / np.sqrt(len(values))
-            line = ax.errorbar(ranks, values.mean(0), yerr=se, marker="o", ms=3, label=name)[0]
+            line = ax.errorbar(ranks, values.mean(0), yerr=se, marker="o", ms=3, label=literal(name))[0]
             ax.axhline(bl.random.mean(), color=line.get_color(), ls="--", lw=1)
         ax.axhline(0, color="grey", lw=0.8)
         ax.set_xlabel("neighbour rank of the scored token (0 = B itself); dashed: random tokens")
         ax.set_ylabel("mean induction strength")
-        ax.legend(frameon=False, fontsize=7)
-        fig.tight_layout()
+        figure_legend(fig, [ax], loc="outside lower center", fontsize=7)
     return fig
 
 
-def write_figures(study: Study, folder: Path, prefix: str) -> list[Path]:
-    """The four figures of one model under ``folder`` (``PREFIX-strength.png`` …)."""
+def write_figures(study: Study, folder: Path, prefix: str, vector: str | None = None) -> list[Path]:
+    """The four figures of one model under ``folder`` (``PREFIX-strength.png`` …; with ``vector``, each also as
+    PDF or SVG)."""
     return [
-        save(strength_figure({study.name: study.strength.strength}), folder / f"{prefix}-strength.png"),
-        save(log_odds_figure(study.conditions, study.name), folder / f"{prefix}-log-odds.png"),
-        save(powers_figure(study.powers, study.name), folder / f"{prefix}-powers.png"),
-        save(bleeding_figure({study.name: study.bleeding}), folder / f"{prefix}-bleeding.png"),
+        save(strength_figure({study.name: study.strength.strength}), folder / f"{prefix}-strength.png", vector),
+        save(log_odds_figure(study.conditions, study.name), folder / f"{prefix}-log-odds.png", vector),
+        save(powers_figure(study.powers, study.name), folder / f"{prefix}-powers.png", vector),
+        save(bleeding_figure({study.name: study.bleeding}), folder / f"{prefix}-bleeding.png", vector),
     ]

@@ -8,19 +8,18 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from ..llm.prompts import CONDITIONAL, FORMULATIONS
-from .style import new_figure
+from .style import figure_legend, literal, new_figure
 
 
 def accuracy_figure(summary: dict[str, Any], title: str | None = None) -> Figure:
     """Accuracy against D per retrieval formulation (left), the conditional-retrieval formulations as bars
-    (right); 95 % intervals as error bars, chance dashed."""
+    (right); 95 % intervals as error bars, chance dashed; one legend at the right."""
     cells = [c for c in summary["cells"] if c["n"]]
     chained = [c for c in cells if c["formulation"] not in CONDITIONAL]
     conditional = [c for c in cells if c["formulation"] in CONDITIONAL]
     panels = [p for p in (chained, conditional) if p] or [chained]
     widths = [3.0 if p is chained else 1.2 + 0.6 * len(p) for p in panels]
-    # matplotlib's own settings (font size 10), as this figure always had; it hides the upper spines itself
-    with new_figure(None, figsize=(1.0 + sum(widths), 3.2), dpi=120, layout="constrained") as fig:
+    with new_figure(figsize=(2.2 + sum(widths), 3.0)) as fig:
         axes = fig.subplots(1, len(panels), squeeze=False, width_ratios=widths)[0]
         colors = {f: f"C{i}" for i, f in enumerate(FORMULATIONS)}
         for ax, panel in zip(axes, panels, strict=True):
@@ -31,7 +30,8 @@ def accuracy_figure(summary: dict[str, Any], title: str | None = None) -> Figure
                     ys = [c["accuracy"] for c in rows]
                     err = [[y - c["ci_low"] for y, c in zip(ys, rows, strict=True)],
                            [c["ci_high"] - y for y, c in zip(ys, rows, strict=True)]]  # fmt: skip
-                    ax.errorbar(xs, ys, yerr=err, marker="o", ms=4, lw=1.2, capsize=2, color=colors[f], label=f)
+                    ax.errorbar(xs, ys, yerr=err, marker="o", ms=4, lw=1.2, capsize=2, color=colors[f],
+                                label=literal(f))
                     chance = sum(c["chance"] * c["n"] for c in rows) / sum(c["n"] for c in rows)
                     lo, hi = min(xs), max(xs)
                     ax.plot([lo - 0.3, hi + 0.3], [chance, chance], ls="--", lw=0.9, color=colors[f], alpha=0.8)
@@ -40,20 +40,20 @@ def accuracy_figure(summary: dict[str, Any], title: str | None = None) -> Figure
                 ax.set_title("retrieval")
                 depths = sorted({c["depth"] for c in panel})
                 ax.set_xticks(depths)
-                ax.legend(frameon=False, fontsize=7, loc="lower left")
             else:
                 names = [c["formulation"] for c in panel]
                 xs = list(range(len(panel)))
                 ys = [c["accuracy"] for c in panel]
                 err = [[y - c["ci_low"] for y, c in zip(ys, panel, strict=True)],
                        [c["ci_high"] - y for y, c in zip(ys, panel, strict=True)]]  # fmt: skip
-                ax.bar(xs, ys, yerr=err, capsize=3, color=[colors[f] for f in names], width=0.6)
+                ax.bar(xs, ys, yerr=err, capsize=3, color=[colors[f] for f in names], width=0.6,
+                       label=[literal(f) for f in names])
                 for x, c in zip(xs, panel, strict=True):
                     ax.plot([x - 0.4, x + 0.4], [c["chance"]] * 2, ls="--", lw=0.9, color="black")
-                ax.set_xticks(xs, names)
+                ax.set_xticks(xs, [literal(f) for f in names])
                 ax.set_title("conditional retrieval")
             ax.set_ylim(0, 1.02)
-            ax.spines[["top", "right"]].set_visible(False)
+        figure_legend(fig, axes, title="dashed: chance")
         if title:
-            fig.suptitle(title, fontsize=9)
+            fig.suptitle(literal(title), fontsize=9)
     return fig

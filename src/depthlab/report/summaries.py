@@ -4,9 +4,10 @@ A preset names its summary (``summary: lengths`` in its YAML file; ``depthlab.sw
 computes with ``depthlab.analysis`` (or ``induction``, ``constructions``), draws with ``depthlab.draw`` and returns
 ``(json, tables)``: the JSON object's keys (``figure`` and the other figure paths among them) and the tables to
 show (``depthlab.analysis.tables.Table``). A preset of runs (``sweeps``) uses one of :data:`RUN_SUMMARIES`,
-called as ``summary(store, run_ids, figure, title)``; a preset of capability studies (``studies``) one of
-:data:`STUDY_SUMMARIES`, called as ``summary(cells, figure, title)`` with the cells every study settled.
-``figure`` is the path of the preset's main figure; other figures go next to it.
+called as ``summary(store, run_ids, figure, title, vector=None)``; a preset of capability studies (``studies``) one
+of :data:`STUDY_SUMMARIES`, called as ``summary(cells, figure, title, vector=None)`` with the cells every study
+settled. ``figure`` is the path of the preset's main figure; other figures go next to it; ``vector`` ("pdf" or
+"svg") writes each figure in that format too (``depthlab.draw.save``).
 """
 
 from __future__ import annotations
@@ -36,22 +37,24 @@ from ..sweep.presets import Preset
 Summary = tuple[dict[str, Any], list[Table]]
 
 
-def depth_summary(store: Store, run_ids: list[str], figure: Path, title: str) -> Summary:
+def depth_summary(store: Store, run_ids: list[str], figure: Path, title: str, vector: str | None = None) -> Summary:
     """Seed 001's depth study: rows of the capability table, the table, and Figure 2."""
     rows = capability.capability_rows(store, run_ids)
     tasks = list(dict.fromkeys(r["task"] for r in rows))
-    path = save(depth_figure(capability.curves(store, run_ids), tasks, capability.chance_by_task(rows)), figure)
+    path = save(depth_figure(capability.curves(store, run_ids), tasks, capability.chance_by_task(rows)), figure,
+                vector)
     return {"rows": capability.depth_rows(rows), "figure": str(path)}, [capability.capability_table(rows, title)]
 
 
-def layers_summary(store: Store, run_ids: list[str], figure: Path, title: str) -> Summary:
+def layers_summary(store: Store, run_ids: list[str], figure: Path, title: str, vector: str | None = None) -> Summary:
     """Seed 002 Figure 4: rows ``{"formulation", "layers", "loss", "partial_losses", …}``, the table, the figure."""
     rows = layers.layers_rows(store, run_ids)
-    path = save(layers_figure(rows, title), figure)
+    path = save(layers_figure(rows, title), figure, vector)
     return {"rows": layers.layers_json(rows), "figure": str(path)}, [layers.layers_table(rows, title)]
 
 
-def emergence_summary(store: Store, run_ids: list[str], figure: Path, title: str) -> Summary:
+def emergence_summary(store: Store, run_ids: list[str], figure: Path, title: str,
+                      vector: str | None = None) -> Summary:
     """Seed 002 Figures 6-7: each run's circuit found by ablation, validated, and its emergence (a figure per run,
     ``FIGURE-RUN.png`` when there are several)."""
     results, tables = [], []
@@ -61,41 +64,43 @@ def emergence_summary(store: Store, run_ids: list[str], figure: Path, title: str
             results.append(found.to_json())
             continue
         path = figure if len(run_ids) == 1 else figure.with_name(f"{figure.stem}-{run_id}{figure.suffix}")
-        save(emergence_figure(found.emergence, f"{title}: run {run_id}"), path)
+        save(emergence_figure(found.emergence, f"{title}: run {run_id}"), path, vector)
         results.append({**found.to_json(), "figure": str(path)})
         tables.append(found.table(title))
     return {"runs": results, "figure": results[0].get("figure") if len(results) == 1 else None}, tables
 
 
-def lengths_summary(store: Store, run_ids: list[str], figure: Path, title: str,
+def lengths_summary(store: Store, run_ids: list[str], figure: Path, title: str, vector: str | None = None,
                     curve_length: int | None = None) -> Summary:
     """Seed 003's length table: JSON rows, the model × length table, the heat map, and each task's validation
     curves at one length (``FIGURE-curves.png``; ``curve_length`` where every model of the task ran at it, else the
     longest such length)."""
     rows = lengths.length_rows(store, run_ids)
     figure = Path(figure)
-    heat = save(heatmap_figure(rows, title), figure)
+    heat = save(heatmap_figure(rows, title), figure, vector)
     chosen = lengths.choose_curve_lengths(rows, curve_length)
     curves = curves_figure(lengths.curves(store, rows, chosen), capability.chance_by_task(rows), chosen)
-    curve_path = save(curves, figure.with_name(f"{figure.stem}-curves{figure.suffix}"))
+    curve_path = save(curves, figure.with_name(f"{figure.stem}-curves{figure.suffix}"), vector)
     out = {"rows": lengths.lengths_json(rows), "figure": str(heat), "curves_figure": str(curve_path),
            "curve_lengths": chosen}
     return out, [lengths.length_table(rows, title)]
 
 
-def index_lookup_summary(store: Store, run_ids: list[str], figure: Path, title: str) -> Summary:
+def index_lookup_summary(store: Store, run_ids: list[str], figure: Path, title: str,
+                         vector: str | None = None) -> Summary:
     """Seed 003 Figure 2 left and middle: the length table, with the validation curves at N = 200 where it was run."""
-    return lengths_summary(store, run_ids, figure, title, curve_length=200)
+    return lengths_summary(store, run_ids, figure, title, vector, curve_length=200)
 
 
-def widths_summary(store: Store | None, run_ids: list[str], figure: Path, title: str) -> Summary:
+def widths_summary(store: Store | None, run_ids: list[str], figure: Path, title: str,
+                   vector: str | None = None) -> Summary:
     """Seed 003's constructions (no training runs): the smallest exact width against N, the fit, the figure.
 
     The scale is read from the figure's name (``…-paper.png`` → N up to 10^4, else up to 3000).
     """
     ns = log_width.PAPER_NS if str(figure).endswith("-paper.png") else log_width.QUICK_NS
     table = log_width.widths_table(ns)
-    path = save(widths_figure(table), figure)
+    path = save(widths_figure(table), figure, vector)
     view = Table([Column(c, "right") for c in ("construction", "N", "k", "width", "η")], title=title,
                  caption_justify="center")
     captions = []
@@ -109,35 +114,39 @@ def widths_summary(store: Store | None, run_ids: list[str], figure: Path, title:
     return {**table, "figure": str(path)}, [view]
 
 
-def induction_summary(store: Store, run_ids: list[str], figure: Path, title: str) -> Summary:
+def induction_summary(store: Store, run_ids: list[str], figure: Path, title: str,
+                      vector: str | None = None) -> Summary:
     """Seed 004 on every run: rows of mean/median strength per model, a combined strength figure, the bleeding
     figure, and four figures per run (``FIGURE-MODEL-NlayerS-strength.png`` …)."""
     measured = measure_runs(store, run_ids)
-    per_run = [path for m in measured for path in write_figures(m.study, figure.parent, f"{figure.stem}-{m.name}")]
-    combined = save(strength_figure({m.label: m.study.strength.strength for m in measured}), figure)
+    per_run = [path for m in measured
+               for path in write_figures(m.study, figure.parent, f"{figure.stem}-{m.name}", vector)]
+    combined = save(strength_figure({m.label: m.study.strength.strength for m in measured}), figure, vector)
     bleed = save(bleeding_figure({m.label: m.study.bleeding for m in measured}),
-                 figure.with_name(f"{figure.stem}-bleeding{figure.suffix}"))
+                 figure.with_name(f"{figure.stem}-bleeding{figure.suffix}"), vector)
     rows = [m.row for m in measured]
     out = {"rows": rows, "figure": str(combined), "figures": [str(f) for f in [combined, bleed, *per_run]],
            "models": [m.result for m in measured]}
     return out, [runs_table(rows, title), *[t for m in measured for t in summary_tables(m.result)]]
 
 
-def min_depth_summary(cells: list[CellResult], figure: Path, title: str,
+def min_depth_summary(cells: list[CellResult], figure: Path, title: str, vector: str | None = None,
                       expected_label: str = "seed says") -> Summary:
     """Capability studies: a JSON row and a table row per cell, and the heat map (mean accuracy per cell and
     depth, the minimum depth outlined)."""
-    path = save(min_depth_figure(cells, title, expected_label), figure)
+    path = save(min_depth_figure(cells, title, expected_label), figure, vector)
     return ({"rows": [capability.result_row(c) for c in cells], "figure": str(path)},
             [capability.min_depth_table(cells, title, expected_label)])
 
 
-def retrieval_bound_summary(cells: list[CellResult], figure: Path, title: str) -> Summary:
+def retrieval_bound_summary(cells: list[CellResult], figure: Path, title: str,
+                            vector: str | None = None) -> Summary:
     """Seed 002 §5: the minimum depth against D next to the lower bound ⌈log3(2D)⌉."""
-    return min_depth_summary(capability.with_retrieval_bound(cells), figure, title, expected_label="⌈log3(2D)⌉")
+    return min_depth_summary(capability.with_retrieval_bound(cells), figure, title, vector,
+                             expected_label="⌈log3(2D)⌉")
 
 
-RUN_SUMMARIES: dict[str, Callable[[Store, list[str], Path, str], Summary]] = {
+RUN_SUMMARIES: dict[str, Callable[..., Summary]] = {
     "depth": depth_summary,
     "layers": layers_summary,
     "emergence": emergence_summary,
@@ -146,7 +155,7 @@ RUN_SUMMARIES: dict[str, Callable[[Store, list[str], Path, str], Summary]] = {
     "widths": widths_summary,
     "induction": induction_summary,
 }
-STUDY_SUMMARIES: dict[str, Callable[[list[CellResult], Path, str], Summary]] = {
+STUDY_SUMMARIES: dict[str, Callable[..., Summary]] = {
     "min-depth": min_depth_summary,
     "retrieval-bound": retrieval_bound_summary,
 }
