@@ -43,18 +43,21 @@ def emit(obj: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-def open_store(path: Path | None) -> Store:
-    """The store at ``path``, or at ``$DEPTHLAB_STORE`` / ``./depthlab-runs``."""
+def open_store(path: Path | None, create: bool = True) -> Store:
+    """The store at ``path``, or at ``$DEPTHLAB_STORE`` / ``./depthlab-runs``. Commands that train create it;
+    commands that only read it pass ``create=False``, so a mistyped path is an error, not an empty store."""
     from ..store import Store, default_store_path
 
-    return Store(path or default_store_path())
+    return Store(path or default_store_path(), create=create)
 
 
 def open_run(store: Path | None, run: str) -> tuple[Store, LoadedRun]:
     """The store and the run ``run`` (its id or a unique prefix of it), rebuilt from its checkpoint."""
     from ..analysis.runs import load_run
 
-    db = open_store(store)
+    if not run.strip():
+        raise UserError("run: give a run id or a unique prefix of one (see `depthlab runs`)")
+    db = open_store(store, create=False)
     matches = [r["id"] for r in db.find_runs() if r["id"].startswith(run)]
     if run not in matches and len(matches) != 1:
         raise UserError(f"run {run!r}: {'no such run' if not matches else f'{len(matches)} runs match'} in "

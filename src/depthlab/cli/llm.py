@@ -171,4 +171,7 @@ def _show(result: dict[str, Any]) -> None:
     show(table)
     out = Console()
     out.print(f"run {result['run_id']} in {result['store']} ({result['asked']} asked now, {result['resumed']} resumed)")
+    if result["overall"]["failed"]:
+        out.print(f"{result['overall']['failed']} questions refused by the endpoint: recorded as failed, not scored; "
+                  "a rerun asks them again")
     out.print(f"figure: {result['figure']}")

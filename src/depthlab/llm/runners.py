@@ -71,7 +71,14 @@ class Runner(Protocol):
 
 
 class EndpointError(UserError):
-    """The endpoint failed for good (refused the request, or kept failing after every retry)."""
+    """The endpoint failed for good (refused the request, or kept failing after every retry).
+
+    ``status``: the HTTP status of a refused request; None when the endpoint could not be reached or kept failing.
+    """
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 # ------------------------------------------------------------------------------------------- local
@@ -366,7 +373,7 @@ class EndpointRunner:
                 else:
                     excerpt = " ".join(body[:300].decode("utf-8", "replace").split())
                     hint = f" (is ${self.api_key_env} set?)" if status in (401, 403) else ""
-                    raise EndpointError(self.redact(f"{self.url} answered HTTP {status}{hint}: {excerpt}"))
+                    raise EndpointError(self.redact(f"{self.url} answered HTTP {status}{hint}: {excerpt}"), status)
             if attempt >= self.retries:
                 raise EndpointError(
                     self.redact(f"{problem}, after {attempt + 1} attempts; rerun the same command to resume")
