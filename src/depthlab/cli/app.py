@@ -9,6 +9,7 @@ Nothing reaches stdout on an error, so ``--json`` output is one JSON object or n
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import tempfile
@@ -80,12 +81,18 @@ def _internal_error(error: BaseException) -> str:
     return f"{line} (the traceback is in {f.name}; please report it with that file)"
 
 
+@functools.cache
+def command() -> typer.main.TyperGroup:
+    """The app as the click command Typer builds from it (once per process: building it takes 50 ms)."""
+    return typer.main.get_command(app)
+
+
 def main() -> None:
     """``depthlab``: run the app inside the error boundary (module docstring)."""
     code: int | None
     try:
         # Without standalone mode, Typer returns the exit code of a command that exits (Ctrl-C becomes 130).
-        code = app(standalone_mode=False, prog_name="depthlab")
+        code = command().main(prog_name="depthlab", standalone_mode=False)
     except UserError as e:
         code, line = 2, _one_line(str(e))
     except USAGE_ERROR as e:

@@ -32,11 +32,13 @@ def llm_prompts(
     json_out: JsonOpt = False,
 ) -> None:
     """Seed 002 Appendix A prompts: the prompt, the correct answer and the acceptable answers."""
+    from ..llm.bench import require_question_memory
     from ..llm.prompts import generate_many
 
     check_formulation(formulation)
     d = resolve_depth(formulation, depth)
     check_chains(formulation, d, chains)
+    require_question_memory([(formulation, d)], n, chains, f"-n: {n:,} prompts")
     prompts = generate_many(formulation, n, seed=seed, depth=d, chains=chains)
     if json_out:
         emit({"prompts": [p.to_dict() for p in prompts]})

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from depthlab.errors import UserError
+from depthlab.memory import require_memory
 from depthlab.llm.prompts import (
     DEFAULT_CHAINS,
     FORMULATIONS,
@@ -64,6 +65,9 @@ Z95 = 1.959963984540054
 # HTTP statuses that refuse one question (its content, its length), not the endpoint: that question is recorded as
 # failed (status and the server's reason) and the others are asked; anything else stops the benchmark
 QUESTION_ERRORS = frozenset({400, 413, 422})
+# a question in memory (its prompt, record and JSON) per character of its text, and beyond (measured on every
+# formulation at its default depth: 2.6 to 6 KiB a question)
+QUESTION_BYTES_PER_CHARACTER, QUESTION_BYTES = 6, 4096
 
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 _STRIP = " \t\r\n\"'`*_“”‘’"
@@ -136,6 +140,16 @@ class BenchConfig:
             else:
                 out.append((f, resolve_depth(f, None)))
         return out
+
+
+def require_question_memory(cells: list[tuple[str, int | None]], n: int, chains: int, what: str) -> None:
+    """ResourceError when ``n`` questions of each cell cannot fit (estimated from each cell's question 0)."""
+    need = 0
+    for formulation, depth in cells:
+        first = question(formulation, 0, 0, depth, chains)
+        characters = len(first.prompt) + sum(len(a) for a in first.acceptable)
+        need += n * (QUESTION_BYTES_PER_CHARACTER * characters + QUESTION_BYTES)
+    require_memory(need, what, "lower -n")
 
 
 def record_key(formulation: str, depth: int | None, index: int) -> str:
@@ -248,7 +262,7 @@ def wilson(k: int, n: int, z: float = Z95) -> tuple[float | None, float | None]:
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
+    return max(0.0, min(p, centre - half)), min(1.0, max(p, centre + half))  # p inside despite rounding (k = n)
 
 
 def _stats(records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -304,6 +318,8 @@ def run_bench(
     runner_info = runner.describe()
     run_config = {"kind": TASK, "runner": runner_info, **asdict(config)}
     model = label or str(runner_info.get("model"))
+    cells = config.cells()
+    require_question_memory(cells, config.n, config.chains, f"-n: {config.n * len(cells):,} questions")
     rid = store.create_run(run_config, task=TASK, model=model, tags=["llm"])
     done = store.records(rid)
     todo: list[tuple[str, Prompt]] = []

@@ -1,10 +1,11 @@
-"""What sampling a task costs in memory, measured on tiny samples so that no size is ever guessed.
+"""What sampling a task costs in memory, measured on small samples so that no size is ever guessed.
 
-``sample_cost(task, split)`` samples a few examples under ``tracemalloc`` (numpy reports its buffers to it):
-the peak bytes per example (the examples and every temporary, e.g. ``sample_distinct``'s ``rows × population``
-float64 draws) and the bytes per example of the batch that is kept. Sampling is linear in the number of
-examples, so ``cost.bytes(n)`` is the peak of ``task.sample(n)`` before it is asked for. The shape bounds
-(``base.check_shapes``) come first, so the probe itself is small. Results are kept per task and split.
+``sample_cost(task, split)`` samples twice under ``tracemalloc`` (numpy reports its buffers to it), a few
+examples and then up to a few hundred: from the two peaks, the bytes per example at the peak of a call (the
+examples and every temporary, e.g. ``sample_distinct``'s ``rows × population`` float64 draws), and the bytes per
+example of the batch that is kept. Sampling is linear in the number of examples, so ``cost.bytes(n)`` is the
+peak of ``task.sample(n)`` before it is asked for (within 20 % on every built-in task). The shape bounds
+(``base.check_shapes``) come first, so the probes stay small. Results are kept per task and split.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import numpy as np
 
 from depthlab.tasks.base import Batch, Task, check_shapes
 
-PROBE = (2, 6)  # the two tiny sample sizes whose difference gives the cost of one example
+PROBE_EXAMPLES = (4, 512)  # the first probe's size; the most examples of the second …
+PROBE_BYTES = 32 << 20  # … which also stays near this size (at tiny sizes fixed costs blur the cost per example)
 _COSTS: dict[tuple[type, str, str], SampleCost | None] = {}
 
 
@@ -52,19 +54,20 @@ def sample_cost(task: Task, split: str = "train") -> SampleCost | None:
     check_shapes(task)
     key = (type(task), task.model_dump_json(), split)
     if key not in _COSTS:
-        small, large = PROBE
+        small, most = PROBE_EXAMPLES
         tracing = tracemalloc.is_tracing()
         try:
             task.sample(1, np.random.default_rng(0), split)  # fills the task's caches (its fixed dataset, tables)
             if not tracing:
                 tracemalloc.start()
             low, _ = _peak(task, small, split)
+            large = max(2 * small, min(most, PROBE_BYTES * small // max(low, 1)))
             high, batch = _peak(task, large, split)
         except Exception:  # a split this task does not sample: its own error comes when it is used
             _COSTS[key] = None
         else:
-            peak = max(high - low, 0) // (large - small) + 1
-            _COSTS[key] = SampleCost(max(low - small * peak, 0), peak, batch_bytes(batch) // large + 1)
+            peak = -(-max(high - low, 0) // (large - small))  # rounded up
+            _COSTS[key] = SampleCost(max(low - small * peak, 0), peak, -(-batch_bytes(batch) // large))
         finally:
             if not tracing:
                 tracemalloc.stop()
