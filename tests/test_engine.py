@@ -241,6 +241,7 @@ def test_a_group_that_cannot_fit_is_refused_before_it_is_built(tmp_path, monkeyp
     """Issue 21: the group's memory (parameters and optimizer, activations, data, evaluation set) is estimated
     before anything is allocated; above the budget the group is refused, saying how many runs would fit."""
     from depthlab.errors import ResourceError
+    from depthlab.models import model_size
     from depthlab.train import engine
     from depthlab.train.footprint import footprint
 
@@ -248,7 +249,7 @@ def test_a_group_that_cannot_fit_is_refused_before_it_is_built(tmp_path, monkeyp
     fp = footprint(configs[0])
     assert set(fp.per_run) == {"parameters and optimizer", "activations", "training data"}
     assert set(fp.shared) == {"model buffers", "sampling", "evaluation set"}
-    size = configs[0].model.size(engine.TaskShapes.of(configs[0].task))
+    size = model_size(configs[0].model, engine.TaskShapes.of(configs[0].task))
     assert fp.per_run["parameters and optimizer"] == size.parameters * 4 * 4  # AdamW: weights, grads, 2 states
     monkeypatch.setenv("DEPTHLAB_MEMORY", str(fp.total(2) + 1))  # room for two runs, not four
     built = []
