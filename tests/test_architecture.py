@@ -15,7 +15,7 @@ import depthlab
 ROOT = Path(depthlab.__file__).parent
 BASE = {"errors"}  # what every package may import
 ALLOWED = {  # the packages at the bottom import nothing above them
-    "tasks": BASE, "models": BASE, "store": BASE, "errors": set(),
+    "tasks": BASE, "models": BASE, "store": BASE, "errors": set(), "memory": BASE,
 }
 NOT_FROM_TRAIN = {"constructions", "analysis", "report", "sweep", "cli", "draw", "induction", "llm", "api"}
 API_USERS = {"cli", "__init__"}  # the Python API sits above every package but the CLI (and depthlab's own exports)

@@ -122,3 +122,139 @@ def test_missing_config_file_and_bad_set(tmp_path):
     assert "cannot read" in cli("train", str(tmp_path / "missing.yaml")).stderr
     result = cli("sample", "icqa", "--set", "k")
     assert result.returncode == 2 and "expected field=value" in result.stderr
+
+
+# --- issue 21: one error boundary for every command -------------------------------------------------------------
+
+def one_line_error(code: int, out: str, err: str, expected: int = 2) -> str:
+    """The single stderr line of a failed command (nothing on stdout, no traceback)."""
+    assert code == expected, err
+    assert out == "" and "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["sample", "icqa", "-n", "abc"], "Invalid value for '-n': Input should be a valid integer"),
+    (["sample", "icqa", "-n", "0", "--json"], "Invalid value for '-n'"),
+    (["runs", "--bogus"], "No such option: --bogus (see `depthlab runs --help`)"),
+    (["sample"], "Missing argument 'task'"),
+    (["sample", "icqa", "-n"], "Option '-n' requires an argument"),
+    (["bogus"], "No such command 'bogus'; allowed: llm-prompts, llm-bench, construct"),
+    (["analyze", "bogus"], "No such command 'bogus'; allowed: attention, ablate, circuit, emergence"),
+    (["--memory", "lots", "tasks"], "--memory: must be a size such as 16GiB, 512M or 1.5T, or off (got 'lots')"),
+])
+def test_usage_errors_are_one_line_exit_2(depthlab_main, args, needle):
+    assert needle in one_line_error(*depthlab_main(*args))
+
+
+def test_no_command_shows_the_help_and_exits_2(depthlab_main):
+    code, out, err = depthlab_main()
+    assert code == 2 and "Usage: depthlab" in out and "Traceback" not in err
+
+
+@pytest.fixture
+def broken_tasks_table(monkeypatch, tmp_path):
+    """`depthlab tasks` whose table raises what its test puts in ``raise_`` (an error depthlab did not expect)."""
+    import tempfile
+
+    import depthlab.cli.runs as runs_module
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    error: list[BaseException] = []
+
+    def show(*tables):
+        raise error[0]
+
+    monkeypatch.setattr(runs_module, "show", show)
+    return error
+
+
+def test_an_internal_error_is_one_line_exit_1_and_its_traceback_is_in_a_file(depthlab_main, broken_tasks_table,
+                                                                            tmp_path):
+    broken_tasks_table.append(RuntimeError("the table broke\non two lines"))
+    line = one_line_error(*depthlab_main("tasks"), expected=1)
+    assert line.startswith("error: internal error: RuntimeError: the table broke on two lines (the traceback is in ")
+    (path,) = tmp_path.glob("depthlab-error-*.txt")
+    assert str(path) in line
+    text = path.read_text()
+    assert text.startswith("depthlab tasks\n") and "Traceback" in text and "RuntimeError: the table broke" in text
+
+
+def test_running_out_of_memory_is_one_line_exit_2(depthlab_main, broken_tasks_table):
+    broken_tasks_table.append(MemoryError("Unable to allocate 59.6 GiB for an array"))
+    line = one_line_error(*depthlab_main("tasks"))
+    assert line == ("error: out of memory: Unable to allocate 59.6 GiB for an array; ask for smaller sizes, "
+                    "or free memory")
+
+
+def test_a_json_command_that_fails_prints_nothing_on_stdout(depthlab_main, tmp_path):
+    for args in (["sample", "nope", "--json"], ["runs", "--store", str(tmp_path / "none"), "--json"],
+                 ["tasks", "--json", "--bogus"]):
+        one_line_error(*depthlab_main(*args))
+
+
+# --- issue 21: sizes that cannot fit are refused before anything is allocated ------------------------------------
+
+def test_sampling_more_than_fits_is_refused_with_the_estimate(depthlab_main, monkeypatch):
+    monkeypatch.delenv("DEPTHLAB_MEMORY", raising=False)
+    line = one_line_error(*depthlab_main("sample", "icqa", "-n", "1000000000", "--json"))
+    assert line.startswith("error: -n: sampling 1,000,000,000 examples of icqa needs about ")
+    assert "TiB, more than the " in line and "lower -n, or set DEPTHLAB_MEMORY to override" in line
+    line = one_line_error(*depthlab_main("--memory", "64K", "sample", "icqa", "-n", "1000"))
+    assert "more than the 64.0 KiB allowed by $DEPTHLAB_MEMORY (or --memory)" in line
+    code, out, _err = depthlab_main("--memory", "off", "sample", "icqa", "-n", "3")
+    assert code == 0 and len(out.splitlines()) == 3
+
+
+@pytest.mark.parametrize("task,needle", [
+    ("{name: icqa, k: 2, n_q: 1000000000, n_a: 4}",
+     "task: n_q=1,000,000,000 gives a vocabulary of 1,000,000,005, more than the 1,048,576 allowed"),
+    ("{name: induction, length: 10000000}",
+     "task: length=10,000,000 gives sequences of 10,000,000 positions, more than the 65,536 allowed"),
+])
+def test_a_task_no_model_could_take_is_refused_at_once(tmp_path, depthlab_main, task, needle):
+    path = tmp_path / "huge.yaml"
+    path.write_text(f"task: {task}\n")
+    line = one_line_error(*depthlab_main("train", str(path), "--store", str(tmp_path / "s")))
+    assert needle in line
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_run_that_cannot_fit_is_refused_before_it_is_built(tmp_path, depthlab_main, monkeypatch):
+    monkeypatch.setenv("DEPTHLAB_MEMORY", "8GiB")
+    path = tmp_path / "big.yaml"
+    path.write_text("task: {name: icqa, k: 2, n_q: 100000, n_a: 4}\ntrain: {steps: 1}\n")
+    line = one_line_error(*depthlab_main("train", str(path), "--store", str(tmp_path / "s")))
+    assert line.startswith("error: memory: a run of icqa with attention_only needs about ")
+    assert "parameters and optimizer" in line and "evaluation set" in line
+    assert "more than the 8.0 GiB allowed by $DEPTHLAB_MEMORY" in line
+
+
+# --- issue 21: commands that read a store never create one; filters say what exists ----------------------------
+
+@pytest.mark.parametrize("args", [
+    ["runs"], ["report"], ["export", "abc"], ["analyze", "attention", "abc"], ["induction", "--run", "abc"],
+])
+def test_reading_commands_refuse_a_missing_store_and_create_nothing(tmp_path, depthlab_main, args):
+    where = tmp_path / "typo"
+    line = one_line_error(*depthlab_main(*args, "--store", str(where)))
+    assert f"--store: no depthlab store at {where}" in line
+    assert not where.exists()
+
+
+def test_run_filters_and_prefixes_name_what_is_allowed(tmp_path, depthlab_main):
+    from depthlab.store import Store
+
+    Store(tmp_path / "s").close()
+    store = ["--store", str(tmp_path / "s")]
+    line = one_line_error(*depthlab_main("runs", "--status", "bogus", *store))
+    assert "--status: unknown status 'bogus'; allowed: pending, running, done, failed, diverged, interrupted" in line
+    line = one_line_error(*depthlab_main("runs", "--task", "bogus", *store))
+    assert "--task: unknown task 'bogus'; allowed: conditional_retrieval, dyck" in line
+    code, out, _ = depthlab_main("runs", "--task", "icqa", "--status", "done", "--json", *store)
+    assert code == 0 and json.loads(out) == {"runs": []}  # a known task without runs: an empty list
+    for prefix in ("", " "):
+        line = one_line_error(*depthlab_main("export", prefix, *store))
+        assert "run: give a run id or a unique prefix of one" in line

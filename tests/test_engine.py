@@ -235,3 +235,32 @@ def test_big_chunks_are_not_sampled_ahead():
     stream = DataStream(task, 0, 64)
     stream.next()
     assert stream.buffer.targets.nbytes > 64 * 2**20 and stream.pending is None
+
+
+def test_a_group_that_cannot_fit_is_refused_before_it_is_built(tmp_path, monkeypatch):
+    """Issue 21: the group's memory (parameters and optimizer, activations, data, evaluation set) is estimated
+    before anything is allocated; above the budget the group is refused, saying how many runs would fit."""
+    from depthlab.errors import ResourceError
+    from depthlab.models import model_size
+    from depthlab.train import engine
+    from depthlab.train.footprint import footprint
+
+    configs = [config(seed=s, steps=4, eval_every=2) for s in range(4)]
+    fp = footprint(configs[0])
+    assert set(fp.per_run) == {"parameters and optimizer", "activations", "training data"}
+    assert set(fp.shared) == {"model buffers", "sampling", "evaluation set"}
+    size = model_size(configs[0].model, engine.TaskShapes.of(configs[0].task))
+    assert fp.per_run["parameters and optimizer"] == size.parameters * 4 * 4  # AdamW: weights, grads, 2 states
+    monkeypatch.setenv("DEPTHLAB_MEMORY", str(fp.total(2) + 1))  # room for two runs, not four
+    built = []
+    monkeypatch.setattr(engine, "Group", lambda *a, **k: built.append(a))
+    store = Store(tmp_path)
+    with pytest.raises(ResourceError, match=r"^memory: a group of 4 runs of icqa with attention_only needs about "
+                                            r".* or train at most 2 runs at once \(--group-size 2\), or set "
+                                            r"DEPTHLAB_MEMORY to override"):
+        train_group(configs, store)
+    assert not built and {r["status"] for r in store.find_runs()} == {"pending"}
+    monkeypatch.undo()
+    monkeypatch.setenv("DEPTHLAB_MEMORY", str(fp.total(2) + 1))
+    results = run_local(configs, store, group_size=2)  # two at a time fit
+    assert len(results) == 4 and {r["status"] for r in store.find_runs()} == {"done"}

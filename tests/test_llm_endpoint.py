@@ -50,6 +50,7 @@ class ChatServer:
         self.served: dict[str, int] = {}  # prompt -> requests seen
         self.log: list[dict[str, Any]] = []  # every request: prompt, temperature, status
         self.down = False  # answer 503 to everything
+        self.refuse = True  # answer 400 to "refused" questions, and to "offlist-then-refused" ones when re-sampled
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -119,6 +120,12 @@ class ChatServer:
         if script == "timeout-then-right" and seen == 0:
             time.sleep(2.5)  # longer than the client's --timeout
             return self._reply(h, correct)
+        resample = body["temperature"] > 0
+        if self.refuse and (script == "refused" or (script == "offlist-then-refused" and resample)):
+            entry["status"] = 400  # about this question only; the reason even quotes the key, which must not spread
+            return self._send(h, 400, {"error": {"message": f"prompt too long for this model (key {self.key})"}})
+        if self.refuse and script == "offlist-then-refused":
+            return self._reply(h, "I would rather not say.")
         if script == "wrong":
             return self._reply(h, f" {wrong} ")
         if script == "never":
@@ -348,6 +355,7 @@ def test_helpers() -> None:
         parse_depths("3-1")
     lo, hi = wilson(0, 10)
     assert lo == 0.0 and 0.27 < hi < 0.29
+    assert all(wilson(n, n)[1] == 1.0 for n in range(1, 50))  # the interval holds p despite rounding (figure bars)
 
 
 def test_cli_option_errors(app, key) -> None:
@@ -363,3 +371,44 @@ def test_cli_option_errors(app, key) -> None:
         assert isinstance(result.exception, UserError), (args, result.output)
         assert option in str(result.exception) and "\n" not in str(result.exception)
         assert result.stdout == ""
+
+
+def test_a_question_the_endpoint_refuses_is_recorded_as_failed_and_the_rest_are_asked(app, key, sleeps,
+                                                                                    tmp_path: Path) -> None:
+    """Issue 21: one HTTP 400 stopped the whole benchmark."""
+    n = 10
+    items = dict(_cells(["equations"], [2], n))
+    scripts = {k: {3: "refused", 6: "offlist-then-refused"}.get(int(k.rsplit("/", 1)[1]), "right") for k in items}
+    server = ChatServer(key, {p.prompt: (p.correct, list(p.acceptable), scripts[k]) for k, p in items.items()})
+    store_root = tmp_path / "store"
+    args = ["llm-bench", "--endpoint", server.url, "--model-name", MODEL, "--api-key-env", KEY_ENV,
+            "--formulation", "equations", "--depth", "2", "-n", str(n), "--max-tries", "3", "--concurrency", "4",
+            "--retries", "2", "--store", str(store_root), "--json"]  # fmt: skip
+    try:
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0, result.output
+        out = json.loads(result.stdout)
+        assert out["overall"]["failed"] == 2 and out["overall"]["n"] == n - 2 and out["overall"]["correct"] == n - 2
+        assert out["cells"][0]["failed"] == 2
+        assert sleeps == []  # a refusal is never retried
+        with Store(store_root) as store:
+            assert store.get_run(out["run_id"])["status"] == "done"
+            records = store.records(out["run_id"])
+        failed = {k: r for k, r in records.items() if r["verdict"] == "failed"}
+        assert {scripts[k] for k in failed} == {"refused", "offlist-then-refused"}
+        for record in failed.values():
+            assert record["error"]["status"] == 400 and not record["flagged"] and record["answer"] is None
+            assert "answered HTTP 400" in record["error"]["message"] and "prompt too long" in record["error"]["message"]
+            assert "\n" not in record["error"]["message"] and key not in record["error"]["message"]
+        assert [len(r["replies"]) for r in failed.values()] == [0, 1]  # the second had one off-list reply first
+
+        server.refuse = False  # a rerun asks the failed questions again, and only them
+        start = len(server.log)
+        again = CliRunner().invoke(app, args)
+        assert again.exit_code == 0, again.output
+        second = json.loads(again.stdout)
+        assert (second["asked"], second["resumed"], second["overall"]["failed"]) == (2, n - 2, 0)
+        assert {e["prompt"] for e in server.log[start:]} == {items[k].prompt for k in failed}
+        _no_key_anywhere(store_root, key, result.output, again.output)
+    finally:
+        server.close()

@@ -227,3 +227,42 @@ def test_nice_ticks():
     assert nice_ticks(0, 1, 5) == [0, 0.25, 0.5, 0.75, 1.0]
     assert nice_ticks(0, 2000, 5) == [0, 500, 1000, 1500, 2000]
     assert nice_ticks(3, 3) == [3]
+
+
+def add_llm_bench_run(store: Store) -> str:
+    """A finished ``depthlab llm-bench`` run (its config has no task or model section), asked of a fake model."""
+    from depthlab.llm.bench import BenchConfig, run_bench
+    from depthlab.llm.runners import Reply
+
+    class Fake:
+        parallelism = 1
+
+        def describe(self):
+            return {"type": "fake", "model": "fake-lm"}
+
+        def generate(self, requests):
+            return [Reply("3") for _ in requests]
+
+    return run_bench(Fake(), store, BenchConfig(formulations=["equations"], depths=[1], n=2))["run_id"]
+
+
+def test_a_store_with_an_llm_bench_run_still_reports_and_lists_it(tmp_path):
+    """Issue 21: `depthlab report` crashed with KeyError: 'task' once the store held an llm-bench run."""
+    from depthlab.cli import app
+
+    store = tiny_sweep(tmp_path / "store", steps=10)
+    llm = add_llm_bench_run(store)
+    out = tmp_path / "report.html"
+    result = build_report(store, out)
+    assert result["runs"] == 9 and "capability" in result["sections"] and "runs" in result["sections"]
+    page = out.read_text()
+    assert f'data-run="{llm}"' in page and "llm-bench" in page  # listed with the others …
+    grid_runs = {r for g in json.loads(re.search(r'id="depthlab-data">(.*?)</script>', page)[1])["runs"].values()
+                 for r in ([g["id"]] if g["cell"] else [])}
+    assert llm not in grid_runs and len(grid_runs) == 8  # … and in no capability cell
+    listed = CliRunner().invoke(app, ["runs", "--store", str(store.root), "--json"])
+    assert listed.exit_code == 0, listed.output
+    row = next(r for r in json.loads(listed.stdout)["runs"] if r["id"] == llm)
+    assert row["task"] == "llm-bench" and row["layers"] is None
+    human = CliRunner().invoke(app, ["runs", "--store", str(store.root)])
+    assert human.exit_code == 0 and "llm-bench" in human.stdout

@@ -438,3 +438,44 @@ def test_nested_errors_and_decode():
     data = task.enumerate()
     assert task.decode(data, 0) == "a → b b → c c → d a → _d"
     assert task.seq_len == 11
+
+
+# --- issue 21: sizes ------------------------------------------------------------------------------------------
+
+
+def test_every_task_gives_its_vocabulary_size_without_building_the_vocabulary():
+    for name, cls in TASKS.items():
+        task = cls()
+        assert task.vocab_size == len(task.vocab), name
+
+
+@pytest.mark.parametrize("name,fields,needle", [
+    ("icqa", {"k": 2, "n_q": 10**9, "n_a": 4}, "n_q=1,000,000,000 gives a vocabulary of 1,000,000,005, more than "
+                                                "the 1,048,576 allowed"),
+    ("memorization", {"n_words": 2**21, "data_seed": 2**40}, "n_words=2,097,152 gives a vocabulary"),
+    ("retrieval_vec", {"K": 2**21}, "K=2,097,152 gives an input width of 4,194,304"),
+    ("induction", {"length": 10**6}, "length=1,000,000 gives sequences of 1,000,000 positions, more than the 65,536"),
+    ("conditional_retrieval", {"D": 10**12}, "D=1,000,000,000,000 gives sequences of"),
+])
+def test_a_vocabulary_or_length_no_model_could_take_is_refused_at_once(name, fields, needle):
+    with pytest.raises(ValidationError, match=needle):
+        TASKS[name](**fields)
+
+
+def test_the_measured_cost_of_sampling_predicts_its_peak():
+    import tracemalloc
+
+    from depthlab.tasks.sizes import batch_bytes, sample_cost
+
+    for name, cls in TASKS.items():
+        for task in (cls(), *([cls(n_q=3000)] if name == "icqa" else [])):
+            cost = sample_cost(task, "train")
+            tracemalloc.start()
+            try:
+                batch = task.sample(4096, np.random.default_rng(1), "train")
+                peak = tracemalloc.get_traced_memory()[1]
+            finally:
+                tracemalloc.stop()
+            assert 0.7 <= cost.bytes(4096) / peak <= 1.4, (name, cost, peak)
+            assert 0.99 <= 4096 * cost.kept / batch_bytes(batch) <= 1.01, name
+    assert sample_cost(TASKS["template"](eval_fraction=0.0), "eval") is None  # no held-out split to sample

@@ -237,15 +237,20 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     except UnicodeDecodeError as e:
         raise UserError(f"config: {path} is not a text file (not UTF-8 at byte {e.start}); a config is YAML "
                         "text") from None
-    loader = UniqueKeyLoader(text)
+    loader = None
     try:
+        loader = UniqueKeyLoader(text)  # its reader refuses control characters (a NUL) at once
         data = loader.get_single_data()
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise UserError(f"config: {path} is not valid YAML{where}: {getattr(e, 'problem', e)}") from None
+        raise UserError(f"config: {path} is not valid YAML{where}: {' '.join(str(getattr(e, 'problem', e)).split())}"
+                        ) from None
+    except RecursionError:
+        raise UserError(f"config: {path} nests its lists or mappings too deeply to be read") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     if not isinstance(data, dict):
         raise UserError(f"config: {path} must hold a mapping with sections task, model, train, seed")
     return data

@@ -92,7 +92,7 @@ def _registering(label: str, load: Callable[[], Any], path: Path | None = None, 
     try:
         load()
         return _new_names(before_tasks, before_models, module)
-    except Exception as e:
+    except (Exception, SystemExit) as e:  # a plugin that calls sys.exit() has failed to load, too
         _restore(TASKS, before_tasks)
         _restore(MODELS, before_models)
         detail = str(e) if isinstance(e, _Refused) else f"{_where(e, path)}{_one_line(e)}"

@@ -25,7 +25,7 @@ import numpy as np
 from ..constructions.information_flow import closed_form
 from ..store import Store
 from ..sweep.climb import CellResult, reached
-from .runs import group_runs
+from .runs import group_runs, is_trained
 from .tables import Column, Table
 
 
@@ -39,9 +39,11 @@ def _label(config: dict[str, Any]) -> str:
 
 
 def capability_rows(store: Store, run_ids: list[str]) -> list[dict[str, Any]]:
-    """One row per (task config, model config without seed), in the order the runs are given."""
+    """One row per (task config, model config without seed), in the order the runs are given; runs that were not
+    trained (``llm-bench``) are left out."""
     groups = group_runs(store, run_ids, lambda run: json.dumps(
-        {"task": run["config"]["task"], "model": run["config"]["model"]}, sort_keys=True))
+        {"task": run["config"]["task"], "model": run["config"]["model"]}, sort_keys=True) if is_trained(run) else None)
+    groups.pop(None, None)
     rows = []
     for runs in groups.values():
         config = runs[0]["config"]
@@ -72,7 +74,7 @@ def curves(store: Store, run_ids: list[str]) -> dict[tuple[str, int], list[dict[
     out: dict[tuple[str, int], list[dict[str, list[float]]]] = {}
     for run_id in run_ids:
         run = store.get_run(run_id)
-        if run is None:
+        if run is None or not is_trained(run):
             continue
         metrics = store.metric_columns(run_id).get("eval")
         if not metrics:

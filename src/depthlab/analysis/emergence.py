@@ -113,7 +113,7 @@ def emergence(store: Store, run: LoadedRun, circuit: Circuit, examples: int = EM
         raise UserError(f"run {run.id}: no checkpoint history; train it with train.keep_checkpoints=true and "
                         f"train.checkpoint_every=STEPS to measure emergence")
     task = run.task
-    batch = sample_examples(task, examples, seed)
+    batch = sample_examples(task, examples, seed, option="--examples")
     loss_batch = sample_examples(task, loss_examples, seed + 1)
     model = build_model(run.config.model, TaskShapes.of(task), [run.config.seed])  # step 0: as the engine built it
     model.eval()

@@ -24,6 +24,7 @@ from ..models import TaskShapes, build_model
 from ..store import Store, StoreError
 from ..tasks.base import SIGN, Batch, Task
 from ..train.evaluate import read_tensor
+from ..train.footprint import check_sample
 
 # Fields a --runs term may name directly (besides dotted config paths such as model.heads or task.k).
 FILTER_FIELDS = ("id", "task", "model", "status", "tag", "layers", "seed", "group")
@@ -76,8 +77,10 @@ def load_run(store: Store, run_id: str) -> LoadedRun:
 # ----------------------------------------------------------------------------------------- examples
 
 
-def sample_examples(task: Task, n: int, seed: int = 0, split: str = "eval") -> Batch:
-    """``n`` examples of ``task`` drawn with a fixed seed: every run of the task sees the same ones."""
+def sample_examples(task: Task, n: int, seed: int = 0, split: str = "eval", option: str = "-n") -> Batch:
+    """``n`` examples of ``task`` drawn with a fixed seed: every run of the task sees the same ones. A number that
+    cannot fit is refused (ResourceError) naming ``option``, the command-line option that asked for it."""
+    check_sample(task, n, split, f"{option}: sampling {n:,} examples of {task.name}", f"lower {option}")
     return task.sample(n, np.random.default_rng(seed), split)
 
 
@@ -239,6 +242,13 @@ def select_runs(store: Store, text: str | None = None) -> list[dict[str, Any]]:
         else:
             runs = [r for r in runs if (a := _field(r, field)) is not _MISSING and any(_same(a, v) for v in values)]
     return runs
+
+
+def is_trained(record: dict[str, Any]) -> bool:
+    """Whether a store record is a run the engine trained (its config has a task and a model section): an
+    ``llm-bench`` run has neither, so the analyses of trained runs leave it out."""
+    config = record.get("config") or {}
+    return isinstance(config.get("task"), dict) and isinstance(config.get("model"), dict)
 
 
 def group_runs(store: Store, run_ids: list[str], key: Callable[[dict[str, Any]], Hashable]) -> dict[Any, list[dict]]:

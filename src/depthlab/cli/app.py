@@ -1,48 +1,123 @@
-"""The one Typer app of ``depthlab``: its callback loads plugins before any command; :func:`main` runs it.
+"""The one Typer app of ``depthlab``: its callback loads plugins and sets the memory budget before any command;
+:func:`main` runs it inside the error boundary.
 
-User mistakes print one line ``error: <field>: <what is allowed>`` to stderr and exit with code 2.
+The boundary: a mistake (a config, an option, a store path, a size that does not fit) prints one line
+``error: <field or option>: <what is allowed>`` to stderr and exits with code 2; an unexpected error prints one
+line saying what failed and the file holding its traceback, and exits with code 1; Ctrl-C exits with 130.
+Nothing reaches stdout on an error, so ``--json`` output is one JSON object or nothing.
 """
 
 from __future__ import annotations
 
+import functools
+import os
 import sys
+import tempfile
+import traceback
 from pathlib import Path
 from typing import Annotated
 
-import click
 import typer
 
 from ..errors import UserError
+from ..memory import ENV as MEMORY_ENV
+from ..memory import parse_size
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="depthlab: what sequence models can learn, at which depth, and how.")
 
+# Typer raises its parser's errors (bad values, unknown options or commands) from the click it runs on: its own
+# copy since Typer 0.26, click itself before. Its public BadParameter derives from that click's UsageError.
+USAGE_ERROR: type[Exception] = typer.BadParameter.__mro__[1]
+
 PluginOpt = Annotated[list[Path] | None, typer.Option(
     "--plugin", help="a Python file defining tasks of your own (repeatable; also $DEPTHLAB_PLUGINS, and "
                      "entry points of the group depthlab.tasks)")]
+MemoryOpt = Annotated[str | None, typer.Option(
+    "--memory", help=f"memory depthlab may plan for: 16GiB, 512M, or off (no size checks); default: what the "
+                     f"machine has available (also ${MEMORY_ENV})")]
 
 
 @app.callback()
-def _load_plugins(plugin: PluginOpt = None) -> None:
+def _setup(plugin: PluginOpt = None, memory: MemoryOpt = None) -> None:
     from ..plugins import load_plugins
 
+    if memory is not None:
+        try:
+            parse_size(memory)
+        except ValueError as e:
+            raise UserError(f"--memory: {e}") from None
+        os.environ[MEMORY_ENV] = memory  # read by every size check, in this process and the ones it starts
     load_plugins(plugin)
 
 
+def _one_line(text: str) -> str:
+    return " ".join(text.split()) if "\n" in text or "\r" in text else text
+
+
+def _usage_message(error: Exception) -> str | None:
+    """The one line for a usage error; None for a command given nothing, whose help Typer has shown."""
+    message, ctx = error.format_message(), getattr(error, "ctx", None)
+    if type(error).__name__ == "NoArgsIsHelpError":
+        if message:  # plain Typer (no rich) returns the help instead of printing it
+            print(message)
+        return None
+    command = ctx.command_path if ctx is not None else "depthlab"
+    if message.startswith("No such command") and ctx is not None and hasattr(ctx.command, "list_commands"):
+        message = f"{message.rstrip('.')}; allowed: {', '.join(ctx.command.list_commands(ctx))}"
+    return f"{_one_line(message)} (see `{command} --help`)"
+
+
+def _internal_error(error: BaseException) -> str:
+    """The one line for an unexpected error; its traceback goes to a file whose path the line gives."""
+    what = " ".join(str(error).split())[:200]
+    line = f"internal error: {type(error).__name__}{': ' + what if what else ''}"
+    try:
+        with tempfile.NamedTemporaryFile("w", prefix="depthlab-error-", suffix=".txt", delete=False) as f:
+            f.write(f"depthlab {' '.join(sys.argv[1:])}\n\n")
+            traceback.print_exception(error, file=f)
+    except OSError as e:
+        return f"{line} (its traceback could not be written to {tempfile.gettempdir()}: {e.strerror})"
+    return f"{line} (the traceback is in {f.name}; please report it with that file)"
+
+
+@functools.cache
+def command() -> typer.main.TyperGroup:
+    """The app as the click command Typer builds from it (once per process: building it takes 50 ms)."""
+    return typer.main.get_command(app)
+
+
 def main() -> None:
+    """``depthlab``: run the app inside the error boundary (module docstring)."""
+    code: int | None
     try:
         # Without standalone mode, Typer returns the exit code of a command that exits (Ctrl-C becomes 130).
-        code = app(standalone_mode=False)
+        code = command().main(prog_name="depthlab", standalone_mode=False)
     except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        raise SystemExit(2) from None
-    except click.exceptions.UsageError as e:
-        print(f"error: {e.format_message()}", file=sys.stderr)
-        raise SystemExit(2) from None
-    except (click.exceptions.Abort, KeyboardInterrupt):
-        code = 130
-    except click.exceptions.Exit as e:
-        code = e.exit_code
+        code, line = 2, _one_line(str(e))
+    except USAGE_ERROR as e:
+        code, line = 2, _usage_message(e)
+    except MemoryError as e:
+        code, line = 2, (f"out of memory{': ' + _one_line(str(e)) if str(e) else ''}; ask for smaller sizes, "
+                         "or free memory")
+    except (typer.Abort, KeyboardInterrupt):
+        code, line = 130, None
+    except typer.Exit as e:
+        code, line = e.exit_code, None
+    except BrokenPipeError:  # the reader of stdout went away (`depthlab runs | head`): nothing left to say
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (flushing stdout at exit would fail again)
+        raise SystemExit(1) from None
+    except OSError as e:
+        if e.filename is None:
+            code, line = 1, _internal_error(e)
+        else:  # a path the command was given or writes to: its name and what the system said
+            code, line = 2, f"{e.filename}: {e.strerror or e}"
+    except Exception as e:
+        code, line = 1, _internal_error(e)
+    else:
+        line = None
+    if line:
+        print(f"error: {line}", file=sys.stderr)
     if code == 130:
         print("interrupted", file=sys.stderr)
     if isinstance(code, int) and code:

@@ -46,18 +46,19 @@ def emit(obj: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-def open_store(path: Path | None) -> Store:
-    """The store at ``path``, or at ``$DEPTHLAB_STORE`` / ``./depthlab-runs``."""
+def open_store(path: Path | None, create: bool = True) -> Store:
+    """The store at ``path``, or at ``$DEPTHLAB_STORE`` / ``./depthlab-runs``. Commands that train create it;
+    commands that only read it pass ``create=False``, so a mistyped path is an error, not an empty store."""
     from ..store import Store, default_store_path
 
-    return Store(path or default_store_path())
+    return Store(path or default_store_path(), create=create)
 
 
 def open_run(store: Path | None, run: str) -> tuple[Store, LoadedRun]:
     """The store and the run ``run`` (its id or a unique prefix of it), rebuilt from its checkpoint."""
     from ..analysis.runs import load_run
 
-    db = open_store(store)
+    db = open_store(store, create=False)
     return db, load_run(db, db.resolve(run))
 
 

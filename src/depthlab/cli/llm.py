@@ -33,11 +33,13 @@ def llm_prompts(
     json_out: JsonOpt = False,
 ) -> None:
     """Seed 002 Appendix A prompts: the prompt, the correct answer and the acceptable answers."""
+    from ..llm.bench import require_question_memory
     from ..llm.prompts import generate_many
 
     check_formulation(formulation)
     d = resolve_depth(formulation, depth)
     check_chains(formulation, d, chains)
+    require_question_memory([(formulation, d)], n, chains, f"-n: {n:,} prompts")
     prompts = generate_many(formulation, n, seed=seed, depth=d, chains=chains)
     if json_out:
         emit({"prompts": [p.to_dict() for p in prompts]})
@@ -174,4 +176,7 @@ def _show(result: dict[str, Any]) -> None:
     show(table)
     out = Console()
     out.print(f"run {result['run_id']} in {result['store']} ({result['asked']} asked now, {result['resumed']} resumed)")
+    if result["overall"]["failed"]:
+        out.print(f"{result['overall']['failed']} questions refused by the endpoint: recorded as failed, not scored; "
+                  "a rerun asks them again")
     out.print(f"figure: {result['figure']}")

@@ -30,14 +30,10 @@ def report(
 ) -> None:
     """Write one self-contained HTML report: capability heat map, training curves, attention maps, runs."""
     from ..report.html import build_report
-    from ..store import database_path, default_store_path
 
-    root = store or default_store_path()
-    if not database_path(root).exists():
-        raise UserError(f"--store: no depthlab store at {root} (train runs with `depthlab sweep --store {root}`)")
     if out.exists() and out.is_dir():
         raise UserError(f"--out: {out} is a folder; name the HTML file to write, e.g. {out / 'report.html'}")
-    the_store = open_store(root)
+    the_store = open_store(store, create=False)
     columns = [TextColumn("report"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("{task.description}")]
     try:

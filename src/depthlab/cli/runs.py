@@ -51,6 +51,9 @@ def tasks(json_out: JsonOpt = False) -> None:
     show(table)
 
 
+TEXT_BYTES_PER_TOKEN = 200  # an example's tokens, text and JSON as Python strings (measured: 22 to 190)
+
+
 @app.command()
 def sample(task: Annotated[str, typer.Argument(help="task name (see `depthlab tasks`)")],
            set_: SetOpt = None, n: Annotated[int, typer.Option("-n", min=1, help="number of examples")] = 5,
@@ -61,13 +64,19 @@ def sample(task: Annotated[str, typer.Argument(help="task name (see `depthlab ta
     import numpy as np
 
     from ..config import apply_overrides, parse_run
+    from ..train.footprint import check_sample
 
     if split not in ("train", "eval"):
         raise UserError(f"--split: must be train or eval (got {split!r})")
     overrides = [s if s.startswith("task.") else f"task.{s}" for s in (set_ or [])]
     config = parse_run(apply_overrides({"task": {"name": task}}, overrides))
     spec = config.task
-    batch = spec.sample(n, np.random.default_rng(seed), split)
+    check_sample(spec, n, split, f"-n: sampling {n:,} examples of {spec.name}", "lower -n",
+                 per_example=(spec.seq_len + 2) * TEXT_BYTES_PER_TOKEN)
+    try:
+        batch = spec.sample(n, np.random.default_rng(seed), split)
+    except ValueError as e:  # a split this task cannot sample (e.g. eval with eval_fraction 0)
+        raise UserError(f"--split {split}: {' '.join(str(e).split())}") from None
     examples = []
     for i in range(len(batch)):
         tokens, target = spec.example_tokens(batch, i)
@@ -140,7 +149,7 @@ def sweep(config: Annotated[Path, typer.Argument(help="sweep file (YAML): a run 
 def _rows_from_store(db, ids: list[str] | None = None, status: str | None = None, task: str | None = None):
     records = db.find_runs(status=status, task=task, ids=ids)
     return [{"id": r["id"], "task": r["task"], "model": r["model"], "status": r["status"], "step": r["step"],
-             "seed": r["config"].get("seed"), "layers": r["config"]["model"].get("layers"),
+             "seed": r["config"].get("seed"), "layers": (r["config"].get("model") or {}).get("layers"),
              "metrics": r["final"] or {}} for r in records]
 
 
@@ -148,7 +157,8 @@ def _show_runs(rows: list[dict[str, Any]]) -> None:
     table = Table.of("id", "task", "model", "layers", "seed", "status", "step", "accuracy")
     for r in rows:
         acc = r["metrics"].get("accuracy")
-        table.add_row(r["id"], r["task"], r["model"], str(r["layers"]), str(r["seed"]), r["status"],
+        layers = "—" if r["layers"] is None else str(r["layers"])  # an llm-bench run has none
+        table.add_row(r["id"], r["task"], r["model"], layers, str(r["seed"]), r["status"],
                       str(r["step"]), f"{acc:.3f}" if acc is not None else "—")
     show(table)
 
@@ -172,19 +182,34 @@ def _write_table(frame: Any, fmt: str, out: Path | None) -> None:
         out.write_bytes(data)
 
 
+def _check_filters(db, status: str | None, task: str | None) -> None:
+    """An unknown status, or a task neither depthlab nor the store knows, is a mistake (not an empty list)."""
+    from ..store import STATUSES
+    from ..tasks import TASKS
+
+    if status is not None and status not in STATUSES:
+        raise UserError(f"--status: unknown status {status!r}; allowed: {', '.join(STATUSES)}")
+    if task is not None and task not in TASKS:
+        stored = {r["task"] for r in db.find_runs()}
+        if task not in stored:
+            raise UserError(f"--task: unknown task {task!r}; allowed: {', '.join(sorted(set(TASKS) | stored))}")
+
+
 @app.command()
 def runs(store: StoreOpt = None, status: Annotated[str | None, typer.Option(help="only runs with this status")] = None,
          task: Annotated[str | None, typer.Option(help="only runs of this task")] = None,
          fmt: FormatOpt = None, out: OutOpt = None, json_out: JsonOpt = False) -> None:
     """List the runs in a store; with --format, write every run's config fields and final metrics as a table."""
+    db = open_store(store, create=False)
+    _check_filters(db, status, task)
     if fmt is not None:
         from ..api.tables import runs_frame
 
-        _write_table(runs_frame(open_store(store).find_runs(status=status, task=task)), fmt, out)
+        _write_table(runs_frame(db.find_runs(status=status, task=task)), fmt, out)
         return
     if out is not None:
         raise UserError("--out: only with --format csv, parquet or json")
-    rows = _rows_from_store(open_store(store), status=status, task=task)
+    rows = _rows_from_store(db, status=status, task=task)
     if json_out:
         emit({"runs": rows})
         return
@@ -199,7 +224,7 @@ def metrics(run: Annotated[list[str] | None, typer.Argument(help="run ids or uni
     """Every metrics row of the runs (run_id, step, split, metric, value): the table depthlab.Store.metrics gives."""
     from ..api.tables import metrics_frame
 
-    db = open_store(store)
+    db = open_store(store, create=False)
     frame = metrics_frame(db.metric_rows([db.resolve(r) for r in run] if run else None))
     if json_out:
         emit({"metrics": frame.to_dict(orient="records")})

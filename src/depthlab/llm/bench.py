@@ -23,10 +23,14 @@ change the answers (runner, formulations, depths, n, seed, chains, max_tries, te
 per question under the key ``<formulation>/D<depth>/<index>`` holding the prompt, the correct and
 acceptable answers, every raw reply, the accepted answer, the verdict, the number of tries and the flag.
 Records are written as questions finish, so rerunning the same command after an interruption asks only
-the questions not yet answered. The summary (stored as the run's ``final``) gives accuracy per cell and
-per formulation with a 95 % Wilson interval and the chance level (the mean over questions of
-1 / number of acceptable answers). The summary names where seed 002 Figure 2 (accuracy against D, chance
-dashed) goes, ``out`` or the run's artifact ``accuracy.png``; ``depthlab.draw.llm.accuracy_figure`` draws it.
+the questions not yet answered. A question the endpoint refuses (HTTP 400, 413 or 422: about that question,
+not the endpoint) is recorded as failed, with the status and the server's one-line reason, and not scored
+(summaries count it under ``failed``); the others are asked, and a rerun asks it again. Any other failure of
+the endpoint (after the runner's retries) stops the benchmark. The summary (stored as the run's ``final``)
+gives accuracy per cell and per formulation with a 95 % Wilson interval and the chance level (the mean over
+questions of 1 / number of acceptable answers). The summary names where seed 002 Figure 2 (accuracy against
+D, chance dashed) goes, ``out`` or the run's artifact ``accuracy.png``; ``depthlab.draw.llm.accuracy_figure``
+draws it.
 """
 
 from __future__ import annotations
@@ -51,12 +55,19 @@ from depthlab.llm.prompts import (
     question,
     resolve_depth,
 )
-from depthlab.llm.runners import Request, Runner
+from depthlab.llm.runners import EndpointError, Reply, Request, Runner
+from depthlab.memory import require_memory
 
 TASK = "llm-bench"
 DEFAULT_N = 500
 DEFAULT_MAX_TRIES = 5
 Z95 = 1.959963984540054
+# HTTP statuses that refuse one question (its content, its length), not the endpoint: that question is recorded as
+# failed (status and the server's reason) and the others are asked; anything else stops the benchmark
+QUESTION_ERRORS = frozenset({400, 413, 422})
+# a question in memory (its prompt, record and JSON) per character of its text, and beyond (measured on every
+# formulation at its default depth: 2.6 to 6 KiB a question)
+QUESTION_BYTES_PER_CHARACTER, QUESTION_BYTES = 6, 4096
 
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 _STRIP = " \t\r\n\"'`*_“”‘’"
@@ -131,6 +142,16 @@ class BenchConfig:
         return out
 
 
+def require_question_memory(cells: list[tuple[str, int | None]], n: int, chains: int, what: str) -> None:
+    """ResourceError when ``n`` questions of each cell cannot fit (estimated from each cell's question 0)."""
+    need = 0
+    for formulation, depth in cells:
+        first = question(formulation, 0, 0, depth, chains)
+        characters = len(first.prompt) + sum(len(a) for a in first.acceptable)
+        need += n * (QUESTION_BYTES_PER_CHARACTER * characters + QUESTION_BYTES)
+    require_memory(need, what, "lower -n")
+
+
 def record_key(formulation: str, depth: int | None, index: int) -> str:
     return f"{formulation}/D{'-' if depth is None else f'{depth:03d}'}/{index:06d}"
 
@@ -157,20 +178,48 @@ def match_answer(reply: str, acceptable: list[str] | tuple[str, ...]) -> str | N
 # ----------------------------------------------------------------------------------------- asking
 
 
+def _refused(error: EndpointError) -> bool:
+    return getattr(error, "status", None) in QUESTION_ERRORS
+
+
+def generate(runner: Runner, requests: list[Request]) -> list[Reply | EndpointError]:
+    """The runner's replies, in order; a question the endpoint refuses (``QUESTION_ERRORS``) gets its error
+    instead. When one is refused, the batch is asked again one request at a time to find which (a refusal is
+    never retried, so only the answered ones are asked twice)."""
+    try:
+        return list(runner.generate(requests))
+    except EndpointError as e:
+        if not _refused(e):
+            raise
+    outs: list[Reply | EndpointError] = []
+    for request in requests:
+        try:
+            outs.extend(runner.generate([request]))
+        except EndpointError as e:
+            if not _refused(e):
+                raise
+            outs.append(e)
+    return outs
+
+
 def ask(runner: Runner, items: list[tuple[str, Prompt]], config: BenchConfig) -> dict[str, dict[str, Any]]:
     """Ask every question of ``items`` (key, prompt) by the protocol; return their records by key."""
     replies: dict[str, list[str]] = {key: [] for key, _ in items}
     attempts: dict[str, list[int]] = {key: [] for key, _ in items}
     answers: dict[str, str] = {}
+    refused: dict[str, EndpointError] = {}
     pending = list(items)
     for t in range(config.max_tries):
         if not pending:
             break
         temperature = config.temperature if t == 0 else config.retry_temperature
         requests = [Request(p.prompt, temperature, try_seed(config.seed, key, t)) for key, p in pending]
-        outs = runner.generate(requests)
+        outs = generate(runner, requests)
         still: list[tuple[str, Prompt]] = []
         for (key, p), out in zip(pending, outs, strict=True):
+            if isinstance(out, EndpointError):
+                refused[key] = out
+                continue
             replies[key].append(out.text)
             attempts[key].append(out.attempts)
             answer = match_answer(out.text, p.acceptable)
@@ -182,6 +231,7 @@ def ask(runner: Runner, items: list[tuple[str, Prompt]], config: BenchConfig) ->
     records: dict[str, dict[str, Any]] = {}
     for key, p in items:
         answer = answers.get(key)
+        error = refused.get(key)
         records[key] = {
             "formulation": p.formulation,
             "depth": p.depth,
@@ -193,9 +243,11 @@ def ask(runner: Runner, items: list[tuple[str, Prompt]], config: BenchConfig) ->
             "http_attempts": attempts[key],
             "answer": answer,
             "tries": len(replies[key]),
-            "flagged": answer is None,
-            "verdict": "correct" if answer == p.correct else "wrong",
+            "flagged": answer is None and error is None,
+            "verdict": "failed" if error else "correct" if answer == p.correct else "wrong",
         }
+        if error is not None:  # the message is one line, redacted by the runner: no key in it
+            records[key]["error"] = {"status": error.status, "message": str(error)}
     return records
 
 
@@ -210,10 +262,13 @@ def wilson(k: int, n: int, z: float = Z95) -> tuple[float | None, float | None]:
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
+    return max(0.0, min(p, centre - half)), min(1.0, max(p, centre + half))  # p inside despite rounding (k = n)
 
 
 def _stats(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Scores of the answered questions; ``failed`` counts those the endpoint refused (not scored)."""
+    failed = sum(r["verdict"] == "failed" for r in records)
+    records = [r for r in records if r["verdict"] != "failed"]
     n = len(records)
     k = sum(r["verdict"] == "correct" for r in records)
     lo, hi = wilson(k, n)
@@ -226,6 +281,7 @@ def _stats(records: list[dict[str, Any]]) -> dict[str, Any]:
         "chance": sum(1 / len(r["acceptable"]) for r in records) / n if n else None,
         "flagged": sum(bool(r["flagged"]) for r in records),
         "mean_tries": sum(r["tries"] for r in records) / n if n else None,
+        "failed": failed,
     }
 
 
@@ -262,6 +318,8 @@ def run_bench(
     runner_info = runner.describe()
     run_config = {"kind": TASK, "runner": runner_info, **asdict(config)}
     model = label or str(runner_info.get("model"))
+    cells = config.cells()
+    require_question_memory(cells, config.n, config.chains, f"-n: {config.n * len(cells):,} questions")
     rid = store.create_run(run_config, task=TASK, model=model, tags=["llm"])
     done = store.records(rid)
     todo: list[tuple[str, Prompt]] = []
@@ -270,7 +328,7 @@ def run_bench(
         for i in range(config.n):
             total += 1
             key = record_key(f, d, i)
-            if key not in done:
+            if key not in done or done[key]["verdict"] == "failed":  # a refused question is asked again
                 todo.append((key, question(f, i, config.seed, d, config.chains)))
     resumed = total - len(todo)
     if progress:

@@ -71,15 +71,21 @@ class Runner(Protocol):
 
 
 class EndpointError(UserError):
-    """The endpoint failed for good (refused the request, or kept failing after every retry)."""
+    """The endpoint failed for good (refused the request, or kept failing after every retry).
+
+    ``status``: the HTTP status of a refused request; None when the endpoint could not be reached or kept failing.
+    """
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class RequestRefused(EndpointError):
     """The endpoint answered a request with a status that retrying does not change (400, 401, 404, …)."""
 
     def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
+        super().__init__(message, status)
 
 
 # ------------------------------------------------------------------------------------------- local

@@ -53,7 +53,7 @@ class TaskShapes:
     @classmethod
     def of(cls, task: Any) -> TaskShapes:
         """A task's shapes (vector tasks give their input width as the vocabulary)."""
-        return cls(task.input_dim or len(task.vocab), task.seq_len, task.n_outputs, task.name, task.model_dump())
+        return cls(task.input_dim or task.vocab_size, task.seq_len, task.n_outputs, task.name, task.model_dump())
 
 
 class ModelSpec(BaseModel):
@@ -125,6 +125,24 @@ def build_model(spec: ModelSpec, shapes: TaskShapes, runs: Sequence[int | torch.
     from its config is the run that trained.
     """
     return spec.family(spec, shapes, generators_for(runs))
+
+
+@dataclass(frozen=True)
+class ModelSize:
+    """One run's parameters, the buffers every run shares (elements each), and the residual width."""
+
+    parameters: int
+    buffers: int
+    width: int
+
+
+def model_size(spec: ModelSpec, shapes: TaskShapes) -> ModelSize:
+    """The sizes of ``build_model(spec, shapes, ...)``, read from a one-run model built on PyTorch's meta device:
+    shapes without storage, so a model that cannot fit is known before anything is allocated."""
+    with torch.device("meta"):
+        model = build_model(spec, shapes, [0])
+    width = getattr(model, "width", None) or getattr(spec, "width", None) or shapes.vocab_size + shapes.seq_len
+    return ModelSize(sum(p.numel() for p in model.parameters()), sum(b.numel() for b in model.buffers()), int(width))
 
 
 class RunModule(HookedModule):

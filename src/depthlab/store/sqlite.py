@@ -210,6 +210,8 @@ class Store:
 
     def resolve(self, run: str) -> str:
         """The id of the run ``run`` names: its id, or a prefix of exactly one run's id (else a StoreError)."""
+        if not run.strip():  # the empty prefix would name any run
+            raise StoreError("run: give a run id or a unique prefix of one (see `depthlab runs`)")
         if self.get_run(run) is not None:
             return run
         matches = [r["id"] for r in self.find_runs() if r["id"].startswith(run)]

@@ -31,7 +31,7 @@ def _physical_memory() -> int:
 def run_bytes(config: RunConfig) -> int:
     """A generous estimate of one run's memory inside a group: activations, patterns, weights, optimizer."""
     task, model, train = config.task, config.model, config.train
-    n, width = task.seq_len, len(task.vocab) + task.seq_len + 8
+    n, width = task.seq_len, task.vocab_size + task.seq_len + 8
     width = getattr(model, "width", None) or width
     heads = max(getattr(model, "heads_per_layer", [1]))
     layers = getattr(model, "layers", 1)
@@ -44,7 +44,7 @@ def run_bytes(config: RunConfig) -> int:
 def widest_tensor_bytes(config: RunConfig) -> int:
     """Bytes of one run's widest activation in a training step: batch × n × max(width, MLP width) floats."""
     task, model = config.task, config.model
-    width = getattr(model, "width", None) or len(task.vocab) + task.seq_len
+    width = getattr(model, "width", None) or task.vocab_size + task.seq_len
     if getattr(model, "mlp", False):
         width = max(width, getattr(model, "d_mlp", None) or 4 * width)
     return config.train.batch_size * task.seq_len * width * 4

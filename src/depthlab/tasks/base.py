@@ -23,9 +23,11 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 ENUMERATE_LIMIT = 2_000_000
+MAX_VOCABULARY = 1 << 20  # input tokens (or input width): GPT-2 has 50,257; beyond this a task is a mistake
+MAX_SEQ_LEN = 1 << 16  # input positions (the seeds' longest: 801)
 
 SIGN = "→"  # the response sign r / the CLS token, as written in seed 001 Table 1
 
@@ -91,10 +93,27 @@ class Task(BaseModel):
         """Width of the model's output at each read position (the number of classes for cross-entropy)."""
         return len(self.labels)
 
+    @model_validator(mode="after")
+    def _check_shapes(self) -> Task:
+        """A vocabulary, input width or length no model could take is refused before anything is built.
+
+        Runs before a task's own checks, so it reads only sizes the built-in tasks compute from their fields."""
+        try:
+            self.vocab_size, self.seq_len  # noqa: B018
+        except Exception:  # a plugin whose vocab needs its own validator first: that one reports the mistake
+            return self
+        check_shapes(self)
+        return self
+
     # --- shapes -------------------------------------------------------------------------------------
     @property
     def vocab(self) -> list[str]:
         raise NotImplementedError
+
+    @property
+    def vocab_size(self) -> int:
+        """``len(vocab)``; tasks whose vocabulary follows from their fields give it without building the list."""
+        return len(self.vocab)
 
     @property
     def labels(self) -> list[str]:
@@ -145,6 +164,10 @@ class SignedVocabulary(Task):
     def vocab(self) -> list[str]:
         return [*letter_names(self.n_symbol_tokens), SIGN]
 
+    @property
+    def vocab_size(self) -> int:
+        return self.n_symbol_tokens + 1
+
 
 TASKS: dict[str, type[Task]] = {}
 
@@ -156,6 +179,24 @@ def register(cls: type[Task]) -> type[Task]:
 
 
 # --- helpers shared by tasks ----------------------------------------------------------------------------
+
+def check_shapes(task: Task) -> None:
+    """ValueError naming the limit when the task's vocabulary (or input width) or sequence length is beyond
+    ``MAX_VOCABULARY`` / ``MAX_SEQ_LEN``: names, one-hot rows and embeddings of that many would not fit."""
+    width, what = (task.input_dim, "an input width") if task.input_dim else (task.vocab_size, "a vocabulary")
+    for size, limit, said in ((width, MAX_VOCABULARY, f"{what} of {width:,}"),
+                              (task.seq_len, MAX_SEQ_LEN, f"sequences of {task.seq_len:,} positions")):
+        if size > limit:
+            raise ValueError(f"{largest_field(task)} gives {said}, more than the {limit:,} allowed")
+
+
+def largest_field(task: Task) -> str:
+    """The task's largest integer field (seeds aside) as ``name=value``: what a size limit message points at."""
+    ints = {k: v for k, v in task.__dict__.items()
+            if isinstance(v, int) and not isinstance(v, bool) and not k.endswith("seed")}
+    name = max(ints, key=ints.get, default=None)
+    return f"{name}={ints[name]:,}" if name else "the task's parameters"
+
 
 def falling_factorial(n: int, k: int) -> int:
     """A(n, k) = n! / (n - k)!: ordered selections of k distinct elements from n (seed 001 §4.2)."""

@@ -70,8 +70,13 @@ class ConditionalRetrieval(Task):
         return [s for s in range(1, self.D + 1) if self.decoys and self.n_parents(s) >= 2]
 
     @property
+    def n_decoy_steps(self) -> int:
+        """``len(decoy_steps)`` without the list: every step from 2 on has two parents when parents >= 2."""
+        return self.D - 1 if self.decoys and self.parents >= 2 else 0
+
+    @property
     def n_needed(self) -> int:
-        fresh = len(self.decoy_steps) * self.N * (2 if self.N == 1 else 1)
+        fresh = self.n_decoy_steps * self.N * (2 if self.N == 1 else 1)
         return self.N * (self.D + 1) + fresh
 
     def facts_in_step(self, s: int) -> int:
@@ -92,12 +97,16 @@ class ConditionalRetrieval(Task):
         return [*letter_names(self.n_symbols), BLANK]
 
     @property
+    def vocab_size(self) -> int:
+        return self.n_symbols + 1
+
+    @property
     def labels(self) -> list[str]:
         return self.vocab
 
     @property
     def seq_len(self) -> int:
-        return self.width * sum(self.facts_in_step(s) for s in range(1, self.D + 1)) + 1
+        return self.width * self.N * (self.D + self.n_decoy_steps) + 1  # facts: N per step, 2N with decoys
 
     @property
     def chance(self) -> float:

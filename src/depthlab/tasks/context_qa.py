@@ -59,6 +59,10 @@ class ContextQA(SignedVocabulary):
         return [*super().vocab, *number_names(self.n_a)]
 
     @property
+    def vocab_size(self) -> int:
+        return super().vocab_size + self.n_a
+
+    @property
     def labels(self) -> list[str]:
         return self.vocab
 

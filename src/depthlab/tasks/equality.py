@@ -76,6 +76,10 @@ class _Equality(FixedEvalSet):
         return [*(str(i) for i in range(self.alphabet)), "|", "·"]
 
     @property
+    def vocab_size(self) -> int:
+        return self.alphabet + 2
+
+    @property
     def seq_len(self) -> int:
         return self.N + 1
 

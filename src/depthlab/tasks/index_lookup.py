@@ -65,6 +65,10 @@ class IndexLookup(FixedEvalSet):
         return [*letter_names(self.alphabet), *(f"@{p}" for p in range(1, self.N + 1)), "·"]
 
     @property
+    def vocab_size(self) -> int:
+        return self.alphabet + self.N + 1
+
+    @property
     def labels(self) -> list[str]:
         return letter_names(self.alphabet)
 

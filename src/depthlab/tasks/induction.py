@@ -55,6 +55,10 @@ class Induction(Task):
         return [*SPECIALS, *(f"t{i}" for i in range(FIRST_TOKEN, FIRST_TOKEN + self.n_tokens))]
 
     @property
+    def vocab_size(self) -> int:
+        return len(SPECIALS) + self.n_tokens
+
+    @property
     def labels(self) -> list[str]:
         return self.vocab
 

@@ -49,6 +49,10 @@ class MQAR(Task):
         return [*(f"k{i}" for i in range(self.n_keys)), *(f"v{i}" for i in range(self.n_values))]
 
     @property
+    def vocab_size(self) -> int:
+        return self.n_keys + self.n_values
+
+    @property
     def labels(self) -> list[str]:
         return [f"v{i}" for i in range(self.n_values)]
 

@@ -58,6 +58,10 @@ class NearestNeighbor(Task):
         return [f"e{i}" for i in range(self.d)] + ["y=0", "y=1"]
 
     @property
+    def vocab_size(self) -> int:
+        return self.d + 2
+
+    @property
     def labels(self) -> list[str]:
         return ["0", "1"]
 

@@ -200,6 +200,10 @@ class RetrievalVector(Task):
         return [f"e{i}" for i in range(self.K)] + [f"p{i}" for i in range(self.pos_dim)]
 
     @property
+    def vocab_size(self) -> int:
+        return self.input_dim
+
+    @property
     def labels(self) -> list[str]:
         """Names of the output coordinates: x{k}[i]."""
         return [f"x{k}[{i}]" for k in self.target_steps for i in range(self.K)]
@@ -313,6 +317,10 @@ class Retrieval(Task):
     @property
     def vocab(self) -> list[str]:
         return letter_names(self.n_symbols)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.n_symbols
 
     @property
     def labels(self) -> list[str]:

@@ -30,6 +30,7 @@ from ..store import Store, atomic_write_bytes
 from .checkpoint import STOP_SIGNALS, WEIGHTS, CheckpointError, load_checkpoint, save_checkpoint
 from .data import EVAL_SEED, DataStream, eval_set
 from .evaluate import evaluate, read_tensor
+from .footprint import check_group
 from .objectives import per_run_correct, per_run_loss
 from .optim import GroupOptimizer
 from .tracking import Tracker
@@ -305,8 +306,9 @@ def train_group(configs: list[RunConfig], store: Store, progress: Callable[[int]
                 resume: bool = True, tracker: Tracker | None = None) -> dict[str, dict[str, Any]]:
     """Train every run in ``configs`` (one group) to completion; returns final metrics by run id.
 
-    Runs already done (or diverged) in the store are skipped; runs with a usable checkpoint resume from it,
-    and a checkpoint that is not usable raises CheckpointError before any step. Ctrl-C (SIGINT, in the main
+    Runs already done (or diverged) in the store are skipped; a group that needs more memory than the machine
+    can give raises ResourceError before anything is built (``footprint``); runs with a usable checkpoint resume
+    from it, and a checkpoint that is not usable raises CheckpointError before any step. Ctrl-C (SIGINT, in the main
     thread) stops after the current step: every run still training is checkpointed and marked
     ``interrupted``, then KeyboardInterrupt propagates; a second Ctrl-C stops at once (a checkpoint being
     written is still finished first). A worker killed outright leaves its runs ``running``; a re-run resumes
@@ -321,6 +323,7 @@ def train_group(configs: list[RunConfig], store: Store, progress: Callable[[int]
     todo = [(c, i) for c, i in zip(configs, ids, strict=True) if records[i]["status"] not in TERMINAL]
     if not todo:
         return results
+    check_group([c for c, _ in todo])  # a group that cannot fit is refused before anything is allocated
     group = Group(todo, store, len(configs), tracker)
     if resume:
         for r in range(len(group.runs)):

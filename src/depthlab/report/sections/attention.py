@@ -40,7 +40,7 @@ def compute_attention(ctx: ReportContext) -> None:
             loaded = load_run(ctx.store, run_id)
             key = json.dumps(record["config"]["task"], sort_keys=True)
             if key not in batches:
-                batches[key] = sample_examples(loaded.task, ctx.examples, EXAMPLE_SEED)
+                batches[key] = sample_examples(loaded.task, ctx.examples, EXAMPLE_SEED, option="--examples")
             examples = attention_maps(loaded, batches[key])
         except Exception as e:  # one unreadable run must not cost the whole report; the page says why
             runs[run_id]["attention"] = {"note": f"{type(e).__name__}: {e}" if not str(e).startswith("run ")

@@ -1,0 +1,103 @@
+"""A group's memory, estimated before it is built, and refused when the machine cannot hold it.
+
+For the R runs of a group, in bytes (what each run adds, and what the runs share):
+
+- parameters and optimizer: P × 4 × (weights, gradients, optimizer states: AdamW 2, SGD with momentum 1) per
+  run, P counted exactly (``models.model_size``), and the buffers the runs share;
+- activations: a training step keeps for the backward pass at least one float per unit of width, position and
+  layer of each example, and the logits it reads (a lower bound: the families keep 1.5 to 100 times that);
+- training data: each run holds its current chunk and the one sampled ahead (``data.DataStream``), and two
+  chunks may be sampled at once (one when chunks are too big to sample ahead), each at its peak (measured:
+  ``tasks.sizes``);
+- evaluation set: the examples every run is scored on (``data.eval_set``), at the peak of generating them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..config import RunConfig
+from ..memory import format_bytes, memory_budget, require_memory
+from ..models import ModelSize, TaskShapes, model_size
+from ..tasks import Task
+from ..tasks.sizes import SampleCost, sample_cost
+from .data import CHUNK_EXAMPLES, EXHAUSTIVE_EVAL_LIMIT, PREFETCH_BYTES, SAMPLED_EVAL_EXAMPLES
+
+FLOAT = 4  # bytes of a float32: weights, gradients, optimizer states and activations
+_MODEL_SIZES: dict[tuple[str, str, str], ModelSize] = {}
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """Bytes by part: ``per_run`` for each run of the group, ``shared`` once."""
+
+    per_run: dict[str, int]
+    shared: dict[str, int]
+
+    def total(self, runs: int) -> int:
+        return runs * sum(self.per_run.values()) + sum(self.shared.values())
+
+    def runs_that_fit(self, budget: int) -> int:
+        """The most runs whose group stays within ``budget`` bytes (0: not even one)."""
+        return max(budget - sum(self.shared.values()), 0) // max(sum(self.per_run.values()), 1)
+
+
+def _model_size(config: RunConfig) -> ModelSize:
+    key = (config.task.name, config.task.model_dump_json(), config.model.model_dump_json())
+    if key not in _MODEL_SIZES:
+        _MODEL_SIZES[key] = model_size(config.model, TaskShapes.of(config.task))
+    return _MODEL_SIZES[key]
+
+
+def _eval_examples(config: RunConfig) -> int:
+    """How many examples ``data.eval_set`` builds for this task."""
+    size = config.task.dataset_size("eval")
+    return size if size <= EXHAUSTIVE_EVAL_LIMIT else SAMPLED_EVAL_EXAMPLES
+
+
+def footprint(config: RunConfig) -> Footprint:
+    """The memory of a group of runs like ``config`` (its task, model and training settings)."""
+    task, train = config.task, config.train
+    size = _model_size(config)
+    states = {"adamw": 2, "sgd": 1 if train.momentum else 0}[train.optimizer]
+    read = len(task.read_positions or [0])
+    activations = train.batch_size * (task.seq_len * getattr(config.model, "layers", 1) * size.width
+                                      + read * task.n_outputs)
+    none = SampleCost(0, 0, 0)
+    cost = sample_cost(task, "train") or none
+    chunk = max(1, CHUNK_EXAMPLES // train.batch_size) * train.batch_size
+    held = 2 if chunk * cost.kept <= PREFETCH_BYTES else 1  # the next chunk is sampled ahead only when small
+    evaluation = sample_cost(task, "eval") or cost
+    return Footprint(
+        per_run={"parameters and optimizer": size.parameters * FLOAT * (2 + states),
+                 "activations": activations * FLOAT, "training data": held * chunk * cost.kept},
+        shared={"model buffers": size.buffers * FLOAT, "sampling": held * cost.bytes(chunk),
+                "evaluation set": evaluation.bytes(_eval_examples(config))})
+
+
+def check_group(configs: list[RunConfig]) -> None:
+    """ResourceError when the group of ``configs`` (runs of equal shapes) needs more memory than the budget."""
+    if not configs:
+        return
+    config, runs = configs[0], len(configs)
+    fp = footprint(config)
+    need = fp.total(runs)
+    budget, _ = memory_budget()
+    if budget is None or need <= budget:
+        return
+    parts = {k: v * runs for k, v in fp.per_run.items()} | fp.shared
+    detail = ", ".join(f"{k} {format_bytes(v)}" for k, v in parts.items() if v >= 1 << 20)
+    fits = fp.runs_that_fit(budget)
+    fix = "lower the task's or the model's sizes (or train.batch_size)"
+    if 1 <= fits < runs:
+        fix += f", or train at most {fits} runs at once (--group-size {fits})"
+    group = f"a group of {runs} runs" if runs > 1 else "a run"
+    require_memory(need, f"memory: {group} of {config.task.name} with {config.model.name}", fix, detail)
+
+
+def check_sample(task: Task, n: int, split: str, what: str, fix: str, per_example: int = 0) -> None:
+    """ResourceError when sampling ``n`` examples of ``task`` (and ``per_example`` more bytes for each, e.g. their
+    text) needs more memory than the budget; ``what`` and ``fix`` as in :func:`depthlab.memory.require_memory`."""
+    cost = sample_cost(task, split)
+    if cost is not None:
+        require_memory(cost.bytes(n) + n * per_example, what, fix)

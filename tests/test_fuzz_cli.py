@@ -1,0 +1,235 @@
+"""Property-based fuzz of the real command line: generated argument lists and files through ``depthlab.cli.main``.
+
+Each case runs ``depthlab ARGS`` in this process through its entry point (so through its error boundary) and
+must exit with 0 or 2, print no traceback, and under ``--json`` print at most one line on stdout. Arguments are
+drawn from the real commands' option names (read from the app) and values of every kind: small and huge
+numbers, negative ones, text, odd characters, paths to missing, unwritable, binary and garbage files; files are
+generated YAML (a tiny valid run mutated field by field) or random bytes; stores are missing, a file, a folder
+of garbage, empty, or one holding a trained run. Commands are chosen so that a case fails fast or costs little:
+a valid run trains at most a few steps of a tiny model, sizes are checked against a 2 GiB budget, the endpoint
+of ``llm-bench`` refuses connections and retries do not wait. Hypothesis is derandomized: the same cases every
+run (``DEPTHLAB_CLI_FUZZ_EXAMPLES`` changes how many; with it set, they are random).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import typer
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import run_depthlab
+from depthlab.cli import app
+from depthlab.config import parse_run
+from depthlab.llm import runners
+from depthlab.store import Store
+from depthlab.tasks import TASKS
+
+EXAMPLES = int(os.environ.get("DEPTHLAB_CLI_FUZZ_EXAMPLES", 130))  # per test; 4 tests
+FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck),
+                derandomize="DEPTHLAB_CLI_FUZZ_EXAMPLES" not in os.environ, database=None)
+BUDGET = "2GiB"  # DEPTHLAB_MEMORY during the fuzz: what cannot fit in it is refused, nothing big is allocated
+
+
+def options_of(command: typer.main.TyperGroup, name: str) -> list[str]:
+    """Every option name of ``depthlab NAME`` (``analyze attention`` for a subcommand), as the app declares it."""
+    for part in name.split():
+        command = command.commands[part]
+    return sorted({o for p in command.params for o in p.opts if o.startswith("-")})
+
+
+ROOT = typer.main.get_command(app)
+OPTIONS = {name: options_of(ROOT, name) for name in (
+    "tasks", "sample", "runs", "report", "export", "train", "sweep", "construct", "llm-prompts", "llm-bench",
+    "reproduce", "induction", "analyze attention", "analyze ablate", "analyze circuit", "analyze emergence")}
+OPTIONS["induction"].remove("--model")  # a TransformerLens model: importing transformer_lens alone takes seconds
+
+small = st.integers(-3, 20).map(str)
+huge = st.sampled_from([10**9, 10**12, 2**63, 10**40, -(10**12)]).map(str)
+odd = st.sampled_from(["", " ", "-", "--", "=", "nan", "inf", "1e309", "0x10", "1_000", "½", "\udcff", "a b",
+                       "k=", "=3", "task.k=", "${HOME}", "../..", "/", "/proc/none", "\t", "'", '"', "[", "{a: 1"])
+text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=12)
+values = small | huge | odd | text
+field_names = sorted({f for cls in TASKS.values() for f in cls.model_fields})
+sets = st.builds(lambda k, v: f"{k}={v}", st.sampled_from([*field_names, "task.k", "model.layers", "model.width",
+                                                           "train.lr", "nope", "k.x"]) | text, values)
+
+
+def command_args(name: str, positional: st.SearchStrategy | None = None) -> st.SearchStrategy:
+    """``NAME [POSITIONAL] [--option value | --flag]…`` with the command's own options (and a few foreign ones)."""
+    options = st.sampled_from([*OPTIONS[name], "--json", "--json", "--bogus", "-x"])
+    pair = st.tuples(options, values | st.sampled_from(["--json", "--store"])).map(list)
+    flag = options.map(lambda o: [o])
+    head = st.just(name.split()) if positional is None else st.tuples(st.just(name.split()), positional).map(
+        lambda t: [*t[0], t[1]])
+    return st.tuples(head, st.lists(pair | flag, max_size=4)).map(lambda t: t[0] + [x for part in t[1] for x in part])
+
+
+def check(args: list[str]) -> None:
+    code, out, err = run_depthlab(*args)
+    assert code in (0, 2), (args, code, err)
+    assert "Traceback" not in err, (args, err)
+    if "--json" in args and "--help" not in args:  # --help prints help, whatever else is asked
+        assert len(out.strip().splitlines()) <= 1, (args, out)
+
+
+BASE_RUNS = [  # tiny valid runs that the generated files mutate
+    {"task": {"name": "memorization", "n_words": 4, "length": 2, "n_examples": 8},
+     "model": {"name": "attention_only", "layers": 1}, "train": {"steps": 2, "eval_every": 1, "batch_size": 8}},
+    {"task": {"name": "icqa", "k": 2, "n_q": 4, "n_a": 4}, "model": {"name": "transformer", "layers": 1, "width": 8},
+     "train": {"steps": 1, "batch_size": 4, "eval_examples": 16}, "seed": 3},
+]
+TRAINED = Store.run_id(parse_run(BASE_RUNS[0]).to_dict())  # the run in the store "trained"
+STORES = ["trained", "empty", "missing", "a-file", "garbage"]  # folders of the sandbox (see ``world``)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """Stores of every kind (one holds a trained run) in a folder each case starts in."""
+    root = tmp_path_factory.mktemp("fuzz")
+    (root / "run.yaml").write_text(yaml.safe_dump(BASE_RUNS[0]))
+    code, _, err = run_depthlab("train", str(root / "run.yaml"), "--store", str(root / "trained"), "--json")
+    assert code == 0, err
+    with Store(root / "trained") as store:
+        assert [r["id"] for r in store.find_runs()] == [TRAINED]
+    Store(root / "empty").close()
+    (root / "a-file").write_text("not a store")
+    (root / "garbage").mkdir()
+    (root / "garbage" / "depthlab.db").write_bytes(bytes(range(256)) * 16)
+    (root / "cases").mkdir()
+    return root
+
+
+@pytest.fixture
+def sandbox(world, monkeypatch):
+    """Each case starts from the same state: the cwd, $DEPTHLAB_STORE, the memory budget, no plugins, the task
+    registry as it was, retries that do not wait; files the case needs are written into ``cases/``."""
+    monkeypatch.chdir(world)
+    monkeypatch.setattr(runners, "_sleep", lambda seconds: None)
+    tasks, environment = dict(TASKS), dict(os.environ)
+
+    def reset(files: dict[str, bytes] | None = None) -> None:
+        os.environ.clear()
+        os.environ.update({**environment, "DEPTHLAB_STORE": str(world / "default-store"), "DEPTHLAB_MEMORY": BUDGET,
+                           "DEPTHLAB_PLUGINS": ""})
+        TASKS.clear()
+        TASKS.update(tasks)
+        for name, content in (files or {}).items():
+            (world / "cases" / name).write_bytes(content)
+
+    yield reset
+    reset()
+    os.environ.clear()
+    os.environ.update(environment)
+
+
+MUTABLE = ["task.name", "task.k", "task.n_q", "task.n_a", "task.n_words", "task.length", "task.n_examples",
+           "task.bogus", "model.name", "model.layers", "model.width", "model.heads", "model.init", "train.lr",
+           "train.batch_size", "train.optimizer", "train.eval_examples", "train.checkpoint_every", "seed", "extra",
+           "task", "model", "train"]
+
+
+def mutate(base: dict, changes: list[tuple[str, object]]) -> dict:
+    raw = yaml.safe_load(yaml.safe_dump(base))
+    for dotted, value in changes:
+        node, *path = dotted.split(".")
+        if not path:
+            raw[node] = value
+        elif isinstance(raw.get(node), dict):
+            raw[node][path[0]] = value
+    return raw
+
+
+yaml_values = (st.integers(-3, 12) | st.sampled_from([10**9, 10**15, 2**63, 0.5, -1.5, True, None, "relu", "", [],
+                                                      {}, [1, 2], {"a": 1}, "icqa", "mlp", "sgd"]) | text)
+run_files = st.one_of(
+    st.builds(lambda i, changes: yaml.safe_dump(mutate(BASE_RUNS[i], changes), allow_unicode=True).encode(),
+              st.integers(0, 1), st.lists(st.tuples(st.sampled_from(MUTABLE), yaml_values), max_size=3)),
+    st.binary(max_size=64),
+    st.sampled_from([b"", b"task: [", b"- 1", b"task: {name: icqa}\ntask: {name: icqa}", b"\xff\xfe", b"a: \x00",
+                     b"task: &a [*a]", b"sweep: {seed: [0, 1]}\ntask: {name: memorization, n_examples: 4}"]),
+    text.map(str.encode),
+)
+stores = st.sampled_from(STORES)
+run_ids = st.sampled_from([TRAINED, TRAINED[:3], "", "0", "zz"]) | text
+READING = st.tuples(st.one_of(
+    command_args("tasks"),
+    command_args("sample", st.sampled_from(sorted(TASKS)) | text),
+    command_args("runs"),
+    command_args("report").map(lambda a: [*a, "--out", "cases/report.html"]),
+    command_args("export", run_ids),
+    *(command_args(f"analyze {what}", run_ids) for what in ("attention", "ablate", "circuit", "emergence")),
+    command_args("induction"),
+), st.lists(stores, max_size=1)).map(lambda t: t[0] + [x for store in t[1] for x in ("--store", store)])
+
+
+def training_case(command: str, content: bytes, overrides: list[str], extra: list[str]) -> tuple[list, dict]:
+    grid = ["--set", "sweep.seed=[0, 1]"] if command == "sweep" else []
+    return [command, "cases/run.yaml", *[x for o in overrides for x in ("--set", o)], *extra, *grid], \
+        {"run.yaml": content}
+
+
+TRAINING = st.builds(training_case, st.sampled_from(["train", "train", "train", "sweep"]), run_files,
+                     st.lists(sets, max_size=2),
+                     st.sampled_from([[], ["--json"], ["--store", "s"], ["--group-size", "0"], ["--bogus"]]))
+formulations = st.sampled_from(["equations", "lives-with", "kingdoms", "functions", "relatives"]) | text
+OTHERS = st.one_of(
+    command_args("construct", st.sampled_from(["--list", "bogus"])),
+    command_args("llm-prompts", formulations),
+    command_args("llm-bench").map(lambda a: [*a, "--endpoint", "http://127.0.0.1:9/v1", "--model-name", "m",
+                                             "--retries", "1", "--timeout", "0.5", "--formulation", "functions",
+                                             "-n", "1"]),
+    command_args("llm-bench"),
+    st.tuples(st.sampled_from(["seed001-depth", "nope", ""]) | text, odd | text).map(
+        lambda t: ["reproduce", t[0], "--scale", f"x{t[1]}"]),
+    st.lists(values | st.sampled_from(["--help", "--json", "analyze", "bogus"]), max_size=3),
+)
+plugin_files = st.binary(max_size=40) | text.map(str.encode) | st.sampled_from([
+    b"import depthlab\n", b"raise SystemExit(3)\n", b"import sys; sys.exit()\n", b"1/0\n",
+    b"from depthlab.tasks.base import register\n@register\nclass T: name = 'x'\n"])
+ROOT_OPTIONS = st.builds(
+    lambda plugin, content, memory, order, tail: (
+        [x for part in order for x in (["--plugin", plugin] if part == "plugin" else ["--memory", memory])] + tail,
+        {"plugin.py": content}),
+    st.sampled_from(["cases/plugin.py", "cases/plugin.py", "missing.py", ".", "/", "a-file"]), plugin_files,
+    st.sampled_from(["1K", "2G", "0", "-1G", "lots", "1.5T", "3e9", ""]) | text,
+    st.lists(st.sampled_from(["plugin", "memory"]), max_size=2),
+    st.sampled_from([["tasks", "--json"], ["sample", "icqa", "-n", "3"], ["runs", "--json"]]))
+
+
+@given(READING)
+@FUZZ
+def test_reading_commands(sandbox, args):
+    """tasks, sample, runs, report, export, analyze and induction, against every kind of store."""
+    sandbox()
+    check(args)
+
+
+@given(TRAINING)
+@FUZZ
+def test_training_commands_with_generated_files(sandbox, case):
+    """train and sweep with generated run files (valid ones train a few steps), --set overrides, stores."""
+    args, files = case
+    sandbox(files)
+    check(args)
+
+
+@given(OTHERS)
+@FUZZ
+def test_other_commands(sandbox, args):
+    """construct --list, llm-prompts, llm-bench (validation, and an endpoint that refuses connections),
+    reproduce, unknown commands, --help."""
+    sandbox()
+    check(args)
+
+
+@given(ROOT_OPTIONS)
+@FUZZ
+def test_root_options_and_plugin_files(sandbox, case):
+    """--memory and --plugin (missing paths, folders, generated Python text and bytes) before a cheap command."""
+    args, files = case
+    sandbox(files)
+    check(args)
