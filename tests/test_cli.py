@@ -138,7 +138,7 @@ def one_line_error(code: int, out: str, err: str, expected: int = 2) -> str:
 @pytest.mark.parametrize("args,needle", [
     (["sample", "icqa", "-n", "abc"], "Invalid value for '-n': Input should be a valid integer"),
     (["sample", "icqa", "-n", "0", "--json"], "Invalid value for '-n'"),
-    (["runs", "--bogus"], "No such option: --bogus (see `depthlab runs --help`)"),
+    (["runs", "--zzzz"], "No such option: --zzzz (see `depthlab runs --help`)"),
     (["sample"], "Missing argument 'task'"),
     (["sample", "icqa", "-n"], "Option '-n' requires an argument"),
     (["bogus"], "No such command 'bogus'; allowed: llm-prompts, llm-bench, construct"),
