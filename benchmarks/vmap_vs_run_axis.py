@@ -18,7 +18,7 @@ from torch.func import functional_call, grad, stack_module_state, vmap
 
 from depthlab.config import parse_run
 from depthlab.models import TaskShapes, build_model
-from depthlab.train.objectives import per_run_loss
+from depthlab.training.objectives import per_run_loss
 
 RAW = {"task": {"name": "icqa", "k": 3, "n_q": 8, "n_a": 8},
        "model": {"name": "attention_only", "layers": 2, "heads": 1, "init": "random"}}

@@ -25,7 +25,7 @@ from depthlab.errors import UserError
 from depthlab.models import TaskShapes, build_model
 from depthlab.store import Store
 from depthlab.tasks import TASKS
-from depthlab.train.checkpoint import save_checkpoint
+from depthlab.training.checkpoint import save_checkpoint
 
 SCALE = 30.0
 CONFIG = {

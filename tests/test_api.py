@@ -63,21 +63,17 @@ def test_import_depthlab_imports_nothing_heavy(tmp_path):
     assert loaded == [[], []]  # not by `import depthlab`, nor by the CLI's start-up
 
 
-def test_train_and_sweep_are_the_functions_and_still_the_subpackages():
+def test_train_and_sweep_are_the_api_functions_and_the_engine_packages_have_their_own_names():
     import inspect
 
-    import depthlab.sweep.local as local
-    import depthlab.train.engine as engine
+    import depthlab.sweeps.local  # importing the packages leaves the functions in place
+    import depthlab.training.engine
     from depthlab.api import training
 
+    assert depthlab.train is training.train and depthlab.sweep is training.sweep
     assert inspect.signature(depthlab.train) == inspect.signature(training.train)
-    assert depthlab.sweep.__doc__ == training.sweep.__doc__ and callable(depthlab.sweep)
-    assert depthlab.train.engine is engine and depthlab.sweep.local is local  # the packages' modules, as before
-    from depthlab.train import engine as same
-
-    assert same is engine and engine.__name__ == "depthlab.train.engine"
-    with pytest.raises(AttributeError, match=r"from depthlab\.sweep import nothing_here"):
-        depthlab.sweep.nothing_here  # noqa: B018
+    with pytest.raises(AttributeError, match="has no attribute 'nothing_here'"):
+        depthlab.nothing_here  # noqa: B018
 
 
 API_CALLS = {

@@ -20,8 +20,8 @@ from depthlab.constructions.information_flow import closed_form as log3_bound
 from depthlab.errors import UserError
 from depthlab.models import MODELS
 from depthlab.store import Store
-from depthlab.sweep.climb import parse_layers, parse_vary, solves
-from depthlab.sweep.presets import load_preset
+from depthlab.sweeps.climb import parse_layers, parse_vary, solves
+from depthlab.sweeps.presets import load_preset
 from depthlab.tasks import TASKS
 
 runner = CliRunner()

@@ -164,8 +164,8 @@ def test_training_with_the_engine_never_beats_three_quarters(tmp_path):
     """The engine on icqa k=2 with two questions and two answers: its 8 sequences are two §13.1 sets."""
     from depthlab.config import parse_run
     from depthlab.store import Store
-    from depthlab.train.checkpoint import WEIGHTS, load_checkpoint
-    from depthlab.train.engine import train_group
+    from depthlab.training.checkpoint import WEIGHTS, load_checkpoint
+    from depthlab.training.engine import train_group
 
     store = Store(tmp_path)
     for init, heads in [("paper", 2), ("random", 4)]:

@@ -9,7 +9,7 @@ import torch
 from depthlab.constructions import nearest_neighbor as nn
 from depthlab.constructions.registry import run
 from depthlab.models.transformer import Transformer
-from depthlab.train.evaluate import evaluate, read_tensor
+from depthlab.training.evaluate import evaluate, read_tensor
 
 N, D, GAMMA = 4, 16, 0.5  # the task samples this margin readily; certified at k = 88
 

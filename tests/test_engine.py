@@ -5,9 +5,9 @@ import pytest
 
 from depthlab.config import parse_run
 from depthlab.store import Store
-from depthlab.sweep.local import plan_groups, run_local
-from depthlab.train.data import DataStream
-from depthlab.train.engine import train_group
+from depthlab.sweeps.local import plan_groups, run_local
+from depthlab.training.data import DataStream
+from depthlab.training.engine import train_group
 
 
 def config(seed=0, lr=0.05, **train):
@@ -180,7 +180,7 @@ def test_bf16_training_follows_fp32(tmp_path):
 
 def test_auto_group_size_stacks_small_models_and_leaves_wide_ones_alone():
     """Group sizes follow the measured rule: tiny models stack (≥ 16 runs), a wide MLP model trains alone."""
-    from depthlab.sweep.local import auto_group_size
+    from depthlab.sweeps.local import auto_group_size
 
     small = config()
     wide = parse_run({"task": {"name": "icqa", "k": 3, "n_q": 8, "n_a": 8},
@@ -242,8 +242,8 @@ def test_a_group_that_cannot_fit_is_refused_before_it_is_built(tmp_path, monkeyp
     before anything is allocated; above the budget the group is refused, saying how many runs would fit."""
     from depthlab.errors import ResourceError
     from depthlab.models import model_size
-    from depthlab.train import engine
-    from depthlab.train.footprint import footprint
+    from depthlab.training import engine
+    from depthlab.training.footprint import footprint
 
     configs = [config(seed=s, steps=4, eval_every=2) for s in range(4)]
     fp = footprint(configs[0])

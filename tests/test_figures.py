@@ -35,8 +35,8 @@ from depthlab.errors import UserError
 from depthlab.induction.measure import Bleeding, LogOddsPair, Powers
 from depthlab.models import TaskShapes, build_model
 from depthlab.store import Store
-from depthlab.sweep.climb import CellResult
-from depthlab.train.checkpoint import save_checkpoint
+from depthlab.sweeps.climb import CellResult
+from depthlab.training.checkpoint import save_checkpoint
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 HOSTILE = [r"$\notacommand{x}$", "$x^2$", r"a\$b", "50% {}"]  # task names, tokens, labels as configs may write them

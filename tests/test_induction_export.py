@@ -16,7 +16,7 @@ from depthlab.models import TaskShapes, build_model
 from depthlab.models.export import transformerlens_export, write_export
 from depthlab.store import Store
 from depthlab.tasks import TASKS
-from depthlab.train.checkpoint import save_checkpoint
+from depthlab.training.checkpoint import save_checkpoint
 
 pytest.importorskip("transformer_lens")
 

@@ -5,7 +5,7 @@ import torch
 
 from depthlab.models import TaskShapes, build_model
 from depthlab.models.attention_only import AttentionOnlySpec
-from depthlab.train.optim import GroupOptimizer
+from depthlab.training.optim import GroupOptimizer
 
 SHAPES = TaskShapes(vocab_size=7, seq_len=5, n_classes=4)
 

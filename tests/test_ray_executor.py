@@ -1,7 +1,7 @@
 """The Ray executor on a local Ray instance with 2 CPUs: same results as the local executor, a killed worker
 retried by Ray resumes its runs from their checkpoints, errors come back as themselves.
 
-One Ray instance for the whole module (started by ``depthlab.sweep.ray_executor.connect``, as the CLI does).
+One Ray instance for the whole module (started by ``depthlab.sweeps.ray_executor.connect``, as the CLI does).
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ ray = pytest.importorskip("ray")
 from depthlab.config import ResourceSpec, parse_run  # noqa: E402
 from depthlab.errors import UserError  # noqa: E402
 from depthlab.store import Store  # noqa: E402
-from depthlab.sweep.local import run_local  # noqa: E402
-from depthlab.sweep.ray_executor import connect, run_ray  # noqa: E402
-from depthlab.train.checkpoint import WEIGHTS, CheckpointError  # noqa: E402
-from depthlab.train.engine import train_group  # noqa: E402
+from depthlab.sweeps.local import run_local  # noqa: E402
+from depthlab.sweeps.ray_executor import connect, run_ray  # noqa: E402
+from depthlab.training.checkpoint import WEIGHTS, CheckpointError  # noqa: E402
+from depthlab.training.engine import train_group  # noqa: E402
 
 STEPS, EVERY = 40, 10
 
@@ -155,7 +155,7 @@ def test_a_request_no_node_can_grant_is_refused_before_any_work(local_ray, tmp_p
 
 
 def test_remote_store_offers_the_store_methods(local_ray, tmp_path):
-    from depthlab.sweep.ray_store import RemoteStore, StoreWriter
+    from depthlab.sweeps.ray_store import RemoteStore, StoreWriter
 
     writer = ray.remote(StoreWriter).remote(str(tmp_path))
     remote = RemoteStore(tmp_path, writer)
@@ -169,7 +169,7 @@ def test_remote_store_offers_the_store_methods(local_ray, tmp_path):
 
 @pytest.mark.parametrize("address", ["127.0.0.1:1", "ray://127.0.0.1:1", "localhost:notaport"])
 def test_an_address_where_no_cluster_answers_fails_fast(address):
-    from depthlab.sweep.ray_executor import check_address
+    from depthlab.sweeps.ray_executor import check_address
 
     with pytest.raises(UserError, match=r"^--address "):
         check_address(address, timeout=2.0)

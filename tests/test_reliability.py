@@ -22,10 +22,10 @@ import yaml
 from depthlab.config import expand_sweep, parse_run
 from depthlab.errors import UserError
 from depthlab.store import SCHEMA_VERSION, Store
-from depthlab.sweep.local import check_checkpoints, run_local
-from depthlab.train import checkpoint as ckpt
-from depthlab.train.checkpoint import SIDECAR, WEIGHTS, CheckpointError, load_checkpoint, save_checkpoint
-from depthlab.train.engine import train_group
+from depthlab.sweeps.local import check_checkpoints, run_local
+from depthlab.training import checkpoint as ckpt
+from depthlab.training.checkpoint import SIDECAR, WEIGHTS, CheckpointError, load_checkpoint, save_checkpoint
+from depthlab.training.engine import train_group
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "depthlab"
 
@@ -461,7 +461,7 @@ def test_a_run_killed_after_a_checkpoint_on_a_logging_step_resumes_with_every_me
         if step == 20:
             raise _Killed
 
-    monkeypatch.setattr("depthlab.train.engine.save_checkpoint", save_then_die)
+    monkeypatch.setattr("depthlab.training.engine.save_checkpoint", save_then_die)
     with pytest.raises(_Killed):
         train_group([c], store)
     assert store.get_run(rid(c))["status"] == "running"

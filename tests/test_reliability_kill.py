@@ -26,7 +26,7 @@ import yaml
 
 from depthlab.config import expand_sweep
 from depthlab.store import Store
-from depthlab.train.checkpoint import load_checkpoint
+from depthlab.training.checkpoint import load_checkpoint
 
 SWEEP = {
     "task": {"name": "memorization", "n_words": 6, "length": 3, "n_examples": 24},

@@ -20,9 +20,9 @@ from depthlab.errors import UserError
 from depthlab.report import html as report_html
 from depthlab.report.html import build_report, section
 from depthlab.store import Store
-from depthlab.sweep.local import run_local
-from depthlab.train.data import eval_set
-from depthlab.train.evaluate import evaluate
+from depthlab.sweeps.local import run_local
+from depthlab.training.data import eval_set
+from depthlab.training.evaluate import evaluate
 
 EVIL = "<script>window.__pwned=1</script>"
 

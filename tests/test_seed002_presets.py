@@ -9,8 +9,8 @@ import pytest
 from depthlab.config import TrainSpec, parse_run
 from depthlab.report.summaries import layers_summary, preset_summary
 from depthlab.store import Store
-from depthlab.sweep.presets import load_preset
-from depthlab.train.engine import train_group
+from depthlab.sweeps.presets import load_preset
+from depthlab.training.engine import train_group
 
 KEEPS_HISTORY = "keep_checkpoints" in TrainSpec.model_fields
 

@@ -9,8 +9,8 @@ from depthlab.analysis.lengths import length_rows, state_size
 from depthlab.config import parse_run
 from depthlab.report.summaries import index_lookup_summary, lengths_summary
 from depthlab.store import Store
-from depthlab.sweep.local import run_local
-from depthlab.sweep.presets import load_preset
+from depthlab.sweeps.local import run_local
+from depthlab.sweeps.presets import load_preset
 
 FAMILIES = [{"name": "lstm", "width": 16}, {"name": "dss", "width": 16}, {"name": "mamba", "width": 16, "layers": 1},
             {"name": "linear_transformer", "width": 16}, {"name": "retnet", "width": 16},

@@ -7,7 +7,7 @@ import torch
 from depthlab.errors import UserError
 from depthlab.tasks import TASKS
 from depthlab.tasks.dyck import is_dyck
-from depthlab.train.objectives import per_run_correct
+from depthlab.training.objectives import per_run_correct
 
 RNG = np.random.default_rng
 

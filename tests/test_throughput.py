@@ -6,7 +6,7 @@ from typer.testing import CliRunner
 
 from depthlab.cli import app
 from depthlab.config import parse_run
-from depthlab.train.throughput import CASES, forward_flops
+from depthlab.training.throughput import CASES, forward_flops
 
 
 def test_flop_count_of_the_attention_only_model():

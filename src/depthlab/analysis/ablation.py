@@ -28,8 +28,8 @@ import torch
 from ..errors import UserError
 from ..models.base import override_pattern
 from ..tasks.base import Batch, Task
-from ..train.evaluate import read_tensor
-from ..train.objectives import per_run_correct, per_run_loss
+from ..training.evaluate import read_tensor
+from ..training.objectives import per_run_correct, per_run_loss
 
 KINDS = ("uniform", "identity", "previous", "recorded", "onehot")
 CHUNK = 512  # examples per forward pass when scoring (override tensors are [B, n, n] per head)

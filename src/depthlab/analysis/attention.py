@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from ..tasks.base import Batch, Task
-from ..train.evaluate import read_tensor
+from ..training.evaluate import read_tensor
 from .runs import LoadedRun, attention_maps
 
 

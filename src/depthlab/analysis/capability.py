@@ -8,7 +8,7 @@ seed. Reads only the store.
 (the seeds' "can a model with L layers learn this?", made one number). A depth *solves* a cell (a task config at
 one width) when a strict majority of its seeds end with an accuracy of at least ``target`` on the task's
 evaluation data (``eval_protocol``: held-out examples where the task has them, the exhaustive dataset or a fixed
-fresh sample otherwise); the rule and the climb that applies it are ``depthlab.sweep.climb``. The minimum depth is
+fresh sample otherwise); the rule and the climb that applies it are ``depthlab.sweeps.climb``. The minimum depth is
 the smallest depth that solves it; "not reached up to L" when no depth tried does. A run that diverged or failed
 counts as a seed that did not reach the target. Here: the JSON rows and the table of settled cells, and seed
 002 §5's lower bound.
@@ -24,7 +24,7 @@ import numpy as np
 
 from ..constructions.information_flow import closed_form
 from ..store import Store
-from ..sweep.climb import CellResult, reached
+from ..sweeps.climb import CellResult, reached
 from .runs import group_runs, is_trained
 from .tables import Column, Table
 

@@ -23,8 +23,8 @@ from ..errors import UserError
 from ..models import TaskShapes, build_model
 from ..store import Store, StoreError
 from ..tasks.base import SIGN, Batch, Task
-from ..train.evaluate import read_tensor
-from ..train.footprint import check_sample
+from ..training.evaluate import read_tensor
+from ..training.footprint import check_sample
 
 # Fields a --runs term may name directly (besides dotted config paths such as model.heads or task.k).
 FILTER_FIELDS = ("id", "task", "model", "status", "tag", "layers", "seed", "group")
@@ -48,7 +48,7 @@ class LoadedRun:
 def load_run(store: Store, run_id: str) -> LoadedRun:
     """Rebuild ``run_id``'s trained model from its config and checkpoint; UserError when that is impossible."""
     from ..config import parse_run
-    from ..train.checkpoint import CheckpointError, load_checkpoint
+    from ..training.checkpoint import CheckpointError, load_checkpoint
 
     record = store.get_run(run_id)
     if record is None:
@@ -144,7 +144,7 @@ def attention_maps(run: LoadedRun, batch: Batch) -> list[dict[str, Any]]:
     ``correct`` (as the engine scores it; None when the target is unknown or the task has no accuracy),
     ``text`` (the example in seed 001 Table 1 notation) and ``layers``: per layer a float array [heads, q, k].
     """
-    from ..train.objectives import per_run_correct
+    from ..training.objectives import per_run_correct
 
     task = run.task
     out = run.model(torch.from_numpy(batch.inputs)[None], capture=True, read=read_tensor(task))

@@ -16,15 +16,15 @@ from .training import open_store, train_configs
 if TYPE_CHECKING:
     from ..analysis.tables import Table
     from ..store import Store
-    from ..sweep.climb import CellResult, Study
-    from ..sweep.presets import Preset
+    from ..sweeps.climb import CellResult, Study
+    from ..sweeps.presets import Preset
 
 Train = Callable[[list[Any], str], Any]  # train(run configs, label for the progress bar)
 
 
 def climb_studies(studies: list[Study], store: Store, train: Train, label: str) -> list[CellResult]:
-    """Climb each capability study in depth (``depthlab.sweep.climb``), one depth's runs at a time."""
-    from ..sweep.climb import climb
+    """Climb each capability study in depth (``depthlab.sweeps.climb``), one depth's runs at a time."""
+    from ..sweeps.climb import climb
 
     def one_depth(configs: list[Any], depth: int) -> None:
         train(configs, f"{label}: {depth} layer{'s' if depth > 1 else ''}")
@@ -68,7 +68,7 @@ def reproduce(name: str, scale: str = "quick", *, store: str | Path | Store | No
     ``**{"train.steps": 500}``); ``progress``, ``log``, ``group_size`` as for :func:`depthlab.sweep`.
     """
     from ..config import flat_fields
-    from ..sweep.presets import load_preset
+    from ..sweeps.presets import load_preset
     from .catalog import load_plugins
 
     load_plugins()

@@ -77,8 +77,8 @@ def train_configs(runs: list[Any], store: LowLevelStore, description: str, progr
                   log: str | Sequence[str] = (), group_size: int | None = None, executor: str = "local",
                   address: str | None = None, resources: Any = None) -> list[RunResult]:
     """Train ``runs`` (RunConfigs) into ``store`` and return each run's result, in order."""
-    from ..sweep.execute import train_runs
-    from ..train.tracking import open_trackers
+    from ..sweeps.execute import train_runs
+    from ..training.tracking import open_trackers
 
     names = [log] if isinstance(log, str) else list(log)
     total = sum(run.train.steps for run in runs)

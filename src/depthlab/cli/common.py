@@ -106,8 +106,8 @@ def run_sweep(runs: list, store: Store, group_size: int | None, quiet: bool, des
               log: list[str] | None = None) -> dict[str, Any]:
     """Train ``runs`` (finished ones are skipped) with ``executor``, showing a progress bar over their steps and
     mirroring them to the trackers ``log`` names."""
-    from ..sweep.execute import train_runs
-    from ..train.tracking import open_trackers
+    from ..sweeps.execute import train_runs
+    from ..training.tracking import open_trackers
 
     total = sum(r.train.steps for r in runs)
     with step_progress(total, description, quiet) as advance, open_trackers(log or [], store.root) as tracker:

@@ -42,7 +42,7 @@ def reproduce(name: Annotated[str, typer.Argument(help="preset name, e.g. seed00
               json_out: JsonOpt = False) -> None:
     """Re-run a seed's study from its preset and print its table; writes its figure."""
     from ..api.reproduce import run_preset
-    from ..sweep.presets import load_preset
+    from ..sweeps.presets import load_preset
 
     vector = vector_format(format_)
     preset = load_preset(name, scale, set_)
@@ -62,12 +62,12 @@ def reproduce(name: Annotated[str, typer.Argument(help="preset name, e.g. seed00
 
 def _climb(studies, db, group_size: int | None, quiet: bool, label: str, executor: str = "local",
            address: str | None = None) -> list:
-    """Climb each capability study in depth, training one depth's runs at a time (see sweep.climb)."""
+    """Climb each capability study in depth, training one depth's runs at a time (see sweeps.climb)."""
     from ..api.reproduce import climb_studies
 
     session = nullcontext()
     if executor == "ray":
-        from ..sweep.ray_executor import ray_session
+        from ..sweeps.ray_executor import ray_session
 
         session = ray_session(address)
     with session:
@@ -102,8 +102,8 @@ def capability(
     """
     from ..config import apply_overrides
     from ..report.summaries import min_depth_summary
-    from ..sweep import climb as cap
-    from ..sweep.presets import recipe
+    from ..sweeps import climb as cap
+    from ..sweeps.presets import recipe
 
     check_executor(executor, address)
     vector = vector_format(format_)
@@ -136,7 +136,7 @@ def bench(runs: Annotated[str, typer.Option(help="group sizes to measure, comma-
           rounds: Annotated[int, typer.Option(min=1, help="interleaved repetitions; rates are their medians")] = 3,
           json_out: JsonOpt = False) -> None:
     """Measure the batched engine against a plain loop and the machine's peak (see benchmarks/)."""
-    from ..train.throughput import CASES, run_benchmark
+    from ..training.throughput import CASES, run_benchmark
 
     known = [c.name for c in CASES]
     for name in case or []:

@@ -64,7 +64,7 @@ def sample(task: Annotated[str, typer.Argument(help="task name (see `depthlab ta
     import numpy as np
 
     from ..config import apply_overrides, parse_run
-    from ..train.footprint import check_sample
+    from ..training.footprint import check_sample
 
     if split not in ("train", "eval"):
         raise UserError(f"--split: must be train or eval (got {split!r})")
@@ -100,7 +100,7 @@ def train(config: Annotated[Path, typer.Argument(help="run file (YAML)")], set_:
     """Train one run from a run file."""
     from ..api.training import run_results
     from ..config import parse_run
-    from ..train.tracking import check_trackers
+    from ..training.tracking import check_trackers
 
     raw = _load_config(config, set_)
     if "sweep" in raw:
@@ -126,8 +126,8 @@ def sweep(config: Annotated[Path, typer.Argument(help="sweep file (YAML): a run 
     """Train every run of a grid (finished runs are skipped), grouping runs of equal shapes."""
     from ..api.training import run_results
     from ..config import expand_sweep, parse_resources
-    from ..sweep.execute import check_tracked
-    from ..train.tracking import check_trackers
+    from ..sweeps.execute import check_tracked
+    from ..training.tracking import check_trackers
 
     check_executor(executor, address)
     check_tracked(executor, bool(log))

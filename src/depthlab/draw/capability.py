@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from ..analysis.capability import mean_accuracy
-from ..sweep.climb import CellResult
+from ..sweeps.climb import CellResult
 from .style import literal, new_figure
 
 

@@ -1,6 +1,6 @@
 """Preset summaries: what ``depthlab reproduce`` (and ``capability``) print and draw once the runs are done.
 
-A preset names its summary (``summary: lengths`` in its YAML file; ``depthlab.sweep.presets``). Each summary
+A preset names its summary (``summary: lengths`` in its YAML file; ``depthlab.sweeps.presets``). Each summary
 computes with ``depthlab.analysis`` (or ``induction``, ``constructions``), draws with ``depthlab.draw`` and returns
 ``(json, tables)``: the JSON object's keys (``figure`` and the other figure paths among them) and the tables to
 show (``depthlab.analysis.tables.Table``). A preset of runs (``sweeps``) uses one of :data:`RUN_SUMMARIES`,
@@ -31,8 +31,8 @@ from ..errors import UserError
 from ..induction.reproduce import measure_runs
 from ..induction.tables import runs_table, summary_tables
 from ..store import Store
-from ..sweep.climb import CellResult
-from ..sweep.presets import Preset
+from ..sweeps.climb import CellResult
+from ..sweeps.presets import Preset
 
 Summary = tuple[dict[str, Any], list[Table]]
 

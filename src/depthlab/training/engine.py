@@ -313,7 +313,7 @@ def train_group(configs: list[RunConfig], store: Store, progress: Callable[[int]
     ``interrupted``, then KeyboardInterrupt propagates; a second Ctrl-C stops at once (a checkpoint being
     written is still finished first). A worker killed outright leaves its runs ``running``; a re-run resumes
     them from their last checkpoint. ``tracker`` mirrors each run's start, metrics rows and end
-    (``train.tracking``).
+    (``training.tracking``).
     """
     if len({group_key(c) for c in configs}) != 1:
         raise ValueError("train_group: runs of one group must share everything but seed and lr")

@@ -5,7 +5,7 @@ is a list of ``sweeps`` (sweep mappings as in a sweep file) and a ``note`` sayin
 names what turns the finished runs into the preset's table and figure: an entry of
 ``depthlab.report.summaries.RUN_SUMMARIES`` (default ``depth``: the capability table and seed 001 Figure 2).
 
-A scale may instead hold ``studies``: capability studies (``depthlab.sweep.climb``), each a run mapping
+A scale may instead hold ``studies``: capability studies (``depthlab.sweeps.climb``), each a run mapping
 (``task``, ``model``, ``train``) with ``layers``, ``seeds``, ``target``, ``widths``, ``vary`` and ``expect``
 (the depth the seed claims). Their runs are not known in advance (each study climbs in depth until settled);
 their ``summary`` is an entry of ``depthlab.report.summaries.STUDY_SUMMARIES`` (default ``min-depth``), given the

@@ -8,7 +8,7 @@ from typing import Any
 from ..config import ResourceSpec, RunConfig
 from ..errors import UserError
 from ..store import Store
-from ..train.tracking import Tracker
+from ..training.tracking import Tracker
 
 EXECUTORS = ("local", "ray")
 

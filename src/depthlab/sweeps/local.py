@@ -8,9 +8,9 @@ from typing import Any
 
 from ..config import RunConfig
 from ..store import Store
-from ..train.checkpoint import SIDECAR, WEIGHTS, load_checkpoint
-from ..train.engine import TERMINAL, group_key, train_group
-from ..train.tracking import Tracker
+from ..training.checkpoint import SIDECAR, WEIGHTS, load_checkpoint
+from ..training.engine import TERMINAL, group_key, train_group
+from ..training.tracking import Tracker
 
 MEMORY_FRACTION = 0.25  # of physical memory, for the activations and state of one group
 # A group's widest per-step activation tensor is kept near this size. Measured with benchmarks/throughput.py on

@@ -2,7 +2,7 @@
 
 ``run_ray`` plans the same groups as the local executor (``plan_groups``) and submits each group that still
 has work as one task asking for the ``resources:`` of the sweep file (``cpus`` per task, also its torch
-threads; ``gpus``; ``memory_gb``). Each task runs :func:`depthlab.train.engine.train_group`, exactly the
+threads; ``gpus``; ``memory_gb``). Each task runs :func:`depthlab.training.engine.train_group`, exactly the
 code the local executor runs, so results do not depend on the executor.
 
 Where things are written, and why:
@@ -48,7 +48,7 @@ from typing import Any
 from ..config import ResourceSpec, RunConfig
 from ..errors import UserError
 from ..store import Store
-from ..train.engine import TERMINAL, train_group
+from ..training.engine import TERMINAL, train_group
 from .local import check_checkpoints, plan_groups
 from .ray_store import RemoteStore, StoreWriter
 
