@@ -37,3 +37,15 @@ def run_depthlab(*args: str) -> tuple[int, str, str]:
 def depthlab_main():
     """:func:`run_depthlab` as a fixture."""
     return run_depthlab
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``gpu`` run only where PyTorch sees a CUDA GPU."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="no CUDA GPU (torch.cuda.is_available() is false)")
+    for item in items:
+        if item.get_closest_marker("gpu"):
+            item.add_marker(skip)

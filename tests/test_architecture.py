@@ -93,3 +93,21 @@ def test_no_module_imports_another_module_s_private_names():
 def test_every_module_is_under_500_lines():
     long = {str(p.relative_to(ROOT)): n for p in modules() if (n := len(p.read_text().splitlines())) >= MAX_LINES}
     assert not long, long
+
+
+TRAINING_PATH = ("training", "sweeps", "models", "tasks", "analysis", "constructions", "store", "draw", "report")
+
+
+def test_only_training_device_knows_cuda():
+    """Issue 18: the device is carried as an argument everywhere; no ``.cuda()`` call anywhere, and in the code a
+    run trains through, only ``training/device.py`` names CUDA (the LLM runners pick their own device)."""
+    for path in modules():
+        tree = ast.parse(path.read_text())
+        calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                 and n.func.attr == "cuda"]
+        assert not calls, f"{path.relative_to(ROOT)}: .cuda() (use training.device)"
+        if package_of(path) in TRAINING_PATH and path != ROOT / "training" / "device.py":
+            strings = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+            code = [n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)]
+            named = [s for s in strings if s.startswith("cuda")] + [a for a in code if a == "cuda"]  # torch.cuda
+            assert not named, f"{path.relative_to(ROOT)} names CUDA ({named}): ask training.device"

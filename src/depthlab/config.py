@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import UserError
 from .models import MODELS, ModelSpec
@@ -63,6 +63,10 @@ def _no_bools_for_numbers(section: str, cls: type[BaseModel], raw: dict) -> None
             raise UserError(f"{section}.{_name(key)}: must be a number, not {str(value).lower()}")
 
 
+DEVICE_NAMES = re.compile(r"auto|cpu|cuda(:\d+)?")  # train.device (resolved by training.device)
+DEVICES_ALLOWED = "auto, cpu, cuda or cuda:N"
+
+
 class TrainSpec(BaseModel):
     """How a run trains. SGD and cross-entropy are seed 001's protocol (§9.1)."""
 
@@ -88,6 +92,16 @@ class TrainSpec(BaseModel):
     checkpoint_every: int | None = Field(None, ge=1, le=MAX_STEPS, description="also checkpoint every this many steps")
     keep_checkpoints: bool = Field(False, description="keep the weights of every checkpoint (history/), not only "
                                                       "the latest: what emergence analyses read")
+    # where and how the run executes, not what it computes: kept out of the run id (EXECUTION_FIELDS)
+    device: str = Field("auto", description="auto (a GPU when PyTorch sees one), cpu, cuda or cuda:N")
+    compile: bool = Field(False, description="compile the training step with torch.compile")
+
+    @field_validator("device")
+    @classmethod
+    def _device_name(cls, value: str) -> str:
+        if not DEVICE_NAMES.fullmatch(value):
+            raise ValueError(f"not a device; allowed: {DEVICES_ALLOWED}")
+        return value
 
     @model_validator(mode="after")
     def _betas_range(self) -> TrainSpec:
@@ -110,6 +124,9 @@ class ResourceSpec(BaseModel):
                                     description="memory per task, for Ray's scheduler (GiB)")
 
 
+EXECUTION_FIELDS = frozenset({"device", "compile"})  # train fields that say where a run executes, not what it is
+
+
 class RunConfig(BaseModel):
     """One run: a task, a model, how to train, and a seed."""
 
@@ -121,11 +138,13 @@ class RunConfig(BaseModel):
     seed: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        """The resolved config (every default filled in); its hash is the run id."""
+        """The resolved config (every default filled in); its hash is the run id. Where the run executes
+        (``train.device``, ``train.compile``) is left out: a run trained on a GPU is the same run as on the CPU
+        (its final metrics record the device and precision)."""
         return {
             "task": {"name": self.task.name, **self.task.model_dump(mode="json")},
             "model": self.model.model_dump(mode="json"),
-            "train": self.train.model_dump(mode="json"),
+            "train": self.train.model_dump(mode="json", exclude=set(EXECUTION_FIELDS)),
             "seed": self.seed,
         }
 

@@ -87,6 +87,12 @@ def command() -> typer.main.TyperGroup:
     return typer.main.get_command(app)
 
 
+def _out_of_gpu_memory(error: Exception) -> bool:
+    """CUDA's out-of-memory error (torch's own class; if torch was never imported, it cannot be one)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(error, getattr(torch, "OutOfMemoryError", ()))
+
+
 def main() -> None:
     """``depthlab``: run the app inside the error boundary (module docstring)."""
     code: int | None
@@ -113,7 +119,11 @@ def main() -> None:
         else:  # a path the command was given or writes to: its name and what the system said
             code, line = 2, f"{e.filename}: {e.strerror or e}"
     except Exception as e:
-        code, line = 1, _internal_error(e)
+        if _out_of_gpu_memory(e):
+            code, line = 2, (f"out of GPU memory: {_one_line(str(e))[:200]}; ask for smaller sizes or fewer runs "
+                             "at once (--group-size)")
+        else:
+            code, line = 1, _internal_error(e)
     else:
         line = None
     if line:

@@ -33,9 +33,26 @@ AddressOpt = Annotated[str | None, typer.Option(
     "--address", help="with --executor ray: the Ray cluster (auto, HOST:6379, ray://HOST:10001); "
                       "default: start a local Ray instance")]
 GroupSizeOpt = Annotated[int | None, typer.Option("--group-size", min=1, help="runs per batched group")]
+DeviceOpt = Annotated[str | None, typer.Option(
+    "--device", help="where every run trains (train.device): auto (a GPU when PyTorch sees one), cpu, cuda "
+                     "(every GPU, a group on each) or cuda:N")]
 LogOpt = Annotated[list[str] | None, typer.Option(
     "--log", help="mirror each run's config and metrics to a tracker: mlflow (a file store in <store>/mlruns) or "
                   "wandb (offline runs in <store>/wandb); repeatable; pip install 'depthlab[track]'")]
+
+
+def with_device(set_: list[str] | None, device: str | None, executor: str = "local") -> list[str] | None:
+    """``--set`` with ``train.device`` from ``--device``, checked first: a device this machine lacks is one line
+    before any work (with Ray, the workers' GPUs count, not this machine's)."""
+    if device is None:
+        return set_
+    from ..training.device import check_device_name, resolve_device
+
+    if executor == "local":
+        resolve_device(device, "--device")
+    else:
+        check_device_name(device, "--device")
+    return [*(set_ or []), f"train.device={device}"]
 
 
 def emit(obj: dict[str, Any]) -> None:

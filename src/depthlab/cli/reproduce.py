@@ -14,6 +14,7 @@ from ..errors import UserError
 from .app import app
 from .common import (
     AddressOpt,
+    DeviceOpt,
     ExecutorOpt,
     GroupSizeOpt,
     JsonOpt,
@@ -26,6 +27,7 @@ from .common import (
     run_sweep,
     setup_threads,
     show,
+    with_device,
 )
 from .figures import FormatOpt, vector_format
 
@@ -37,7 +39,7 @@ def reproduce(name: Annotated[str, typer.Argument(help="preset name, e.g. seed00
               scale: Annotated[str, typer.Option(help="quick (minutes on a laptop) or paper (seed sizes)")] = "quick",
               set_: SetOpt = None, store: StoreOpt = None,
               out: Annotated[Path | None, typer.Option(help="folder for figures (default: <store>/figures)")] = None,
-              format_: FormatOpt = "png",
+              format_: FormatOpt = "png", device: DeviceOpt = None,
               group_size: Annotated[int | None, typer.Option("--group-size", min=1)] = None,
               json_out: JsonOpt = False) -> None:
     """Re-run a seed's study from its preset and print its table; writes its figure."""
@@ -45,7 +47,7 @@ def reproduce(name: Annotated[str, typer.Argument(help="preset name, e.g. seed00
     from ..sweeps.presets import load_preset
 
     vector = vector_format(format_)
-    preset = load_preset(name, scale, set_)
+    preset = load_preset(name, scale, with_device(set_, device))
     threads = setup_threads()
     db = open_store(store)
     if not json_out:
@@ -92,7 +94,8 @@ def capability(
         figure: Annotated[Path | None, typer.Option(help="heat map file (.png/.svg/.pdf; default: "
                                                          "<store>/figures/capability-TASK.png)")] = None,
         format_: FormatOpt = "png", store: StoreOpt = None, group_size: GroupSizeOpt = None,
-        executor: ExecutorOpt = "local", address: AddressOpt = None, json_out: JsonOpt = False) -> None:
+        executor: ExecutorOpt = "local", address: AddressOpt = None, device: DeviceOpt = None,
+        json_out: JsonOpt = False) -> None:
     """The smallest depth at which a strict majority of seeds reach --target on held-out data, per width.
 
     Climbs one depth at a time (every width, value and seed of a depth trained batched) and stops once every
@@ -107,7 +110,8 @@ def capability(
 
     check_executor(executor, address)
     vector = vector_format(format_)
-    base = apply_overrides(cap.default_base(task, model, recipe(CAPABILITY_RECIPE)), cap.task_overrides(set_))
+    overrides = cap.task_overrides(with_device(set_, device, executor))
+    base = apply_overrides(cap.default_base(task, model, recipe(CAPABILITY_RECIPE)), overrides)
     study = cap.Study(base, cap.parse_layers(layers), list(range(seeds)), cap.parse_target(target),
                       cap.parse_widths(widths), cap.parse_vary(vary))
     threads = setup_threads()
@@ -134,6 +138,7 @@ def bench(runs: Annotated[str, typer.Option(help="group sizes to measure, comma-
           case: Annotated[list[str] | None, typer.Option(help="icqa-quick, icqa-paper or retrieval")] = None,
           seconds: Annotated[float, typer.Option(min=0.1, help="minimum seconds per measurement")] = 1.0,
           rounds: Annotated[int, typer.Option(min=1, help="interleaved repetitions; rates are their medians")] = 3,
+          device: Annotated[str, typer.Option("--device", help="cpu, cuda or cuda:N: where both train")] = "cpu",
           json_out: JsonOpt = False) -> None:
     """Measure the batched engine against a plain loop and the machine's peak (see benchmarks/)."""
     from ..training.throughput import CASES, run_benchmark
@@ -153,9 +158,9 @@ def bench(runs: Annotated[str, typer.Option(help="group sizes to measure, comma-
         f"{row['name']:<11} {row['precision']} R={row['runs']:<3} plain {row['plain_examples_per_s']:>10,.0f}/s "
         f"engine {row['engine_examples_per_s']:>10,.0f}/s  ×{row['speedup']:<6} "
         f"{row['fraction_of_peak']:.0%} of peak  data {row['data_fraction']:.1%}"))
-    result = run_benchmark(counts, case, seconds, progress=show_row, rounds=rounds)
+    result = run_benchmark(counts, case, seconds, progress=show_row, rounds=rounds, device=device)
     if json_out:
         emit(result)
         return
-    console.print(f"peak fp32 {result['peak_gflops']} GFLOP/s, bf16 {result['peak_gflops_bf16']} GFLOP/s, "
-                  f"{threads} threads")
+    console.print(f"{result['device']}: peak fp32 {result['peak_gflops']} GFLOP/s, bf16 "
+                  f"{result['peak_gflops_bf16']} GFLOP/s, {threads} threads")

@@ -16,6 +16,7 @@ from ..errors import UserError
 from .app import app
 from .common import (
     AddressOpt,
+    DeviceOpt,
     ExecutorOpt,
     JsonOpt,
     LogOpt,
@@ -27,6 +28,7 @@ from .common import (
     run_sweep,
     setup_threads,
     show,
+    with_device,
 )
 
 
@@ -96,13 +98,13 @@ def _load_config(path: Path, overrides: list[str] | None) -> dict[str, Any]:
 
 @app.command()
 def train(config: Annotated[Path, typer.Argument(help="run file (YAML)")], set_: SetOpt = None,
-          store: StoreOpt = None, log: LogOpt = None, json_out: JsonOpt = False) -> None:
+          store: StoreOpt = None, device: DeviceOpt = None, log: LogOpt = None, json_out: JsonOpt = False) -> None:
     """Train one run from a run file."""
     from ..api.training import run_results
     from ..config import parse_run
     from ..training.tracking import check_trackers
 
-    raw = _load_config(config, set_)
+    raw = _load_config(config, with_device(set_, device))
     if "sweep" in raw:
         raise UserError("sweep: this is a sweep file; use `depthlab sweep` (or remove the sweep section)")
     run = parse_run(raw)
@@ -121,8 +123,8 @@ def train(config: Annotated[Path, typer.Argument(help="run file (YAML)")], set_:
 def sweep(config: Annotated[Path, typer.Argument(help="sweep file (YAML): a run file plus `sweep:`")],
           set_: SetOpt = None, store: StoreOpt = None,
           group_size: Annotated[int | None, typer.Option("--group-size", min=1, help="runs per batched group")] = None,
-          executor: ExecutorOpt = "local", address: AddressOpt = None, log: LogOpt = None,
-          json_out: JsonOpt = False) -> None:
+          executor: ExecutorOpt = "local", address: AddressOpt = None, device: DeviceOpt = None,
+          log: LogOpt = None, json_out: JsonOpt = False) -> None:
     """Train every run of a grid (finished runs are skipped), grouping runs of equal shapes."""
     from ..api.training import run_results
     from ..config import expand_sweep, parse_resources
@@ -132,7 +134,7 @@ def sweep(config: Annotated[Path, typer.Argument(help="sweep file (YAML): a run 
     check_executor(executor, address)
     check_tracked(executor, bool(log))
     check_trackers(log or [])
-    raw = _load_config(config, set_)
+    raw = _load_config(config, with_device(set_, device, executor))
     runs = expand_sweep(raw)
     resources = parse_resources(raw)
     threads = setup_threads()

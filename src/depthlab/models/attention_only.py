@@ -107,7 +107,7 @@ class BilinearAttention(torch.nn.Module):
         runs, batch, heads, n, width = mixed.shape
         mixed = mixed.transpose(2, 3).reshape(runs, batch * n, -1)
         w_v = self.value_weights().reshape(runs, heads * width, width)
-        if torch.is_autocast_enabled("cpu"):  # … except in bf16, where the residual stream stays in fp32
+        if torch.is_autocast_enabled(h.device.type):  # … except in bf16, where the residual stream stays fp32
             return h + (mixed @ w_v).view(h.shape)
         return torch.baddbmm(h.reshape(runs, batch * n, width), mixed, w_v).view(h.shape)
 
@@ -194,7 +194,8 @@ class AttentionOnly(RunModule):
         elif self.hook_embed.active or self.hook_pos_embed.active or self.token_positions is None:
             tokens = torch.nn.functional.embedding(inputs, self.one_hot)
         else:
-            return torch.nn.functional.embedding(inputs * self.n + torch.arange(self.n), self.token_positions)
+            return torch.nn.functional.embedding(inputs * self.n + torch.arange(self.n, device=inputs.device),
+                                              self.token_positions)
         return self.hook_embed(tokens) + self.hook_pos_embed(self.positions.expand_as(tokens))
 
     def logits(self, inputs: torch.Tensor, read: torch.Tensor | None = None) -> torch.Tensor:
@@ -203,8 +204,10 @@ class AttentionOnly(RunModule):
         last = len(self.blocks) - 1
         for layer, block in enumerate(self.blocks):
             # The classifier reads only the last position, so the last layer computes only that query — unless a
-            # hook asks for what it would skip, or other positions are read.
-            h = block(h, last_query=layer == last and read is None and not block.hooked)
+            # hook asks for what it would skip, or other positions are read. Its hand-written backward was measured
+            # and tested on the CPU (and its autocast handling is the CPU's): other devices take the generic path.
+            last_query = layer == last and read is None and not block.hooked and h.device.type == "cpu"
+            h = block(h, last_query=last_query)
         return self.unembed(h[:, :, -1] if read is None else h[:, :, read])
 
 

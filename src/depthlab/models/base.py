@@ -100,13 +100,13 @@ def override_pattern(kind: torch.Tensor | str, like: torch.Tensor, causal: bool 
     if kind == "uniform":
         if not causal:
             return torch.full_like(like, 1.0 / n_k)
-        visible = torch.ones(n_q, n_k, dtype=like.dtype).tril(n_k - n_q)
+        visible = torch.ones(n_q, n_k, dtype=like.dtype, device=like.device).tril(n_k - n_q)
         return (visible / visible.sum(-1, keepdim=True)).expand_as(like)
     if kind == "identity":
-        return torch.eye(n_q, n_k, dtype=like.dtype).expand_as(like)
+        return torch.eye(n_q, n_k, dtype=like.dtype, device=like.device).expand_as(like)
     if kind == "previous":
-        prev = torch.zeros(n_q, n_k, dtype=like.dtype)
-        idx = torch.arange(n_q)
+        prev = torch.zeros(n_q, n_k, dtype=like.dtype, device=like.device)
+        idx = torch.arange(n_q, device=like.device)
         prev[idx, (idx - 1).clamp(min=0)] = 1.0
         return prev.expand_as(like)
     raise ValueError(f"override: unknown pattern {kind!r}; allowed: uniform, identity, previous or a tensor")

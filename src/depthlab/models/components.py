@@ -75,7 +75,7 @@ class Embed(torch.nn.Module):
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         if inputs.is_floating_point():
             return per_run(inputs.to(self.W_E.dtype), self.W_E)
-        return self.W_E[torch.arange(inputs.shape[0])[:, None, None], inputs]  # a gather per run
+        return self.W_E[torch.arange(inputs.shape[0], device=inputs.device)[:, None, None], inputs]  # a gather per run
 
 
 class PosEmbed(torch.nn.Module):

@@ -74,7 +74,8 @@ class DiagonalSSM(Mixer):
     def kernel(self, length: int) -> torch.Tensor:
         """K̄ [R, d, length]: the SSM's impulse response."""
         step, b_bar, w = self.discretised()
-        powers = torch.exp(step.log()[..., None] * torch.arange(length, dtype=step.real.dtype))  # [R, d, N, L]
+        exponents = torch.arange(length, dtype=step.real.dtype, device=step.device)
+        powers = torch.exp(step.log()[..., None] * exponents)  # [R, d, N, L]
         return torch.einsum("rdn,rdnl->rdl", w * b_bar, powers).real
 
     def finish(self, u: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -93,7 +94,7 @@ class DiagonalSSM(Mixer):
     def scan(self, x: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
         """x_l = exp(ΛΔ) x_{l-1} + B̄ u_l at every position, and y_l = Re(W x_l): (states, y [R, B, n, d])."""
         step, b_bar, w = self.discretised()
-        state = torch.zeros(*x.shape[:2], *step.shape[1:], dtype=step.dtype)
+        state = torch.zeros(*x.shape[:2], *step.shape[1:], dtype=step.dtype, device=step.device)
         states, outs = [], []
         for t in range(x.shape[2]):
             state = step[:, None] * state + b_bar[:, None] * x[:, :, t, :, None]

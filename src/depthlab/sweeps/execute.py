@@ -8,6 +8,7 @@ from typing import Any
 from ..config import ResourceSpec, RunConfig
 from ..errors import UserError
 from ..store import Store
+from ..training.device import asks_for_gpu
 from ..training.tracking import Tracker
 
 EXECUTORS = ("local", "ray")
@@ -35,6 +36,9 @@ def train_runs(runs: list[RunConfig], store: Store, group_size: int | None = Non
         from .ray_executor import run_ray
 
         share_with_ray()
+        if any(asks_for_gpu(run.train.device) for run in runs) and (resources is None or not resources.gpus):
+            # a run that asks for CUDA needs a GPU on its worker: one per group unless resources: says otherwise
+            resources = (resources or ResourceSpec()).model_copy(update={"gpus": 1.0})
         return run_ray(runs, store, group_size=group_size, address=address, resources=resources, progress=progress)
     from .local import run_local
 

@@ -1,4 +1,4 @@
-"""Turn a list of runs into groups of equal shapes and train them in this process."""
+"""Turn a list of runs into groups of equal shapes and train them: in this process, or spread over the GPUs."""
 
 from __future__ import annotations
 
@@ -7,10 +7,13 @@ from collections.abc import Callable
 from typing import Any
 
 from ..config import RunConfig
+from ..errors import UserError
 from ..store import Store
 from ..training.checkpoint import SIDECAR, WEIGHTS, load_checkpoint
+from ..training.device import free_memory, gpus_for, resolve_device
 from ..training.engine import TERMINAL, group_key, train_group
 from ..training.tracking import Tracker
+from .devices import train_on_devices
 
 MEMORY_FRACTION = 0.25  # of physical memory, for the activations and state of one group
 # A group's widest per-step activation tensor is kept near this size. Measured with benchmarks/throughput.py on
@@ -19,6 +22,7 @@ MEMORY_FRACTION = 0.25  # of physical memory, for the activations and state of o
 # seed 002 transformer with an MLP (7.6 MB) was fastest alone (0.37x at 16 runs): past the caches, stacking
 # more runs only adds memory traffic.
 GROUP_TENSOR_BYTES = 4 << 20
+GPU_MOST_RUNS = 256  # runs per group on a GPU (the benchmark's largest group)
 
 
 def _physical_memory() -> int:
@@ -51,7 +55,12 @@ def widest_tensor_bytes(config: RunConfig) -> int:
 
 
 def auto_group_size(config: RunConfig) -> int:
-    """Runs per group: as many as fit in memory and keep the group's widest activation near the caches."""
+    """Runs per group. On the CPU: as many as fit in memory and keep the group's widest activation near the
+    caches. On a GPU: as many as fit in a quarter of its free memory, up to 256 (a GPU needs wide products to be
+    busy, and has no small cache to stay in)."""
+    gpu_memory = free_memory(resolve_device(config.train.device))
+    if gpu_memory is not None:
+        return max(1, min(GPU_MOST_RUNS, int(gpu_memory * MEMORY_FRACTION // max(run_bytes(config), 1))))
     by_memory = int(_physical_memory() * MEMORY_FRACTION // max(run_bytes(config), 1))
     by_cache = GROUP_TENSOR_BYTES // max(widest_tensor_bytes(config), 1)
     return max(1, min(64, by_memory, by_cache))
@@ -91,9 +100,24 @@ def check_checkpoints(configs: list[RunConfig], store: Store) -> int:
 def run_local(configs: list[RunConfig], store: Store, group_size: int | None = None,
               progress: Callable[[int], None] | None = None,
               tracker: Tracker | None = None) -> dict[str, dict[str, Any]]:
-    """Train every run not yet done, group by group (mirrored to ``tracker``); returns final metrics by run id."""
+    """Train every run not yet done, group by group (mirrored to ``tracker``); returns final metrics by run id.
+
+    Groups whose ``train.device`` stands for several GPUs (``cuda``, or ``auto`` on a machine with more than one)
+    are spread over them, one worker process per GPU (``sweeps.devices``); the others train in this process."""
     check_checkpoints(configs, store)
     results: dict[str, dict[str, Any]] = {}
-    for group in plan_groups(configs, group_size):
-        results.update(train_group(group, store, progress=progress, tracker=tracker))
+    # every group's device first: one this machine lacks is refused before any run trains
+    placed = [(group, tuple(gpus_for(group[0].train.device))) for group in plan_groups(configs, group_size)]
+    spread: dict[tuple[str, ...], list[list[RunConfig]]] = {}
+    for group, devices in placed:
+        if len(devices) > 1:
+            spread.setdefault(devices, []).append(group)
+    if spread and tracker is not None:
+        raise UserError("--log: trackers mirror runs trained in this process; with several GPUs, pick one "
+                        "(--device cuda:0)")
+    for group, devices in placed:
+        if len(devices) == 1:
+            results.update(train_group(group, store, progress=progress, tracker=tracker))
+    for devices, groups in spread.items():
+        results.update(train_on_devices(groups, store, list(devices), progress))
     return results

@@ -16,7 +16,6 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -29,18 +28,22 @@ from ..models import TaskShapes, build_model
 from ..store import Store, atomic_write_bytes
 from .checkpoint import STOP_SIGNALS, WEIGHTS, CheckpointError, load_checkpoint, save_checkpoint
 from .data import EVAL_SEED, DataStream, eval_set
+from .device import autocast, prepare, resolve_device, to_device
 from .evaluate import evaluate, read_tensor
 from .footprint import check_group
 from .objectives import per_run_correct, per_run_loss
 from .optim import GroupOptimizer
 from .tracking import Tracker
 
+COMPILE_BACKEND = "inductor"  # torch.compile's default (tests trace with "aot_eager": the same graphs, no codegen)
+
 
 def group_key(config: RunConfig) -> str:
-    """Runs with equal keys can train in one group: everything but the seed and the learning rate."""
+    """Runs with equal keys can train in one group: everything but the seed and the learning rate (where they
+    execute included)."""
     d = config.to_dict()
     d.pop("seed")
-    d["train"] = {k: v for k, v in d["train"].items() if k != "lr"}
+    d["train"] = {k: v for k, v in config.train.model_dump(mode="json").items() if k != "lr"}
     return json.dumps(d, sort_keys=True)
 
 
@@ -51,9 +54,7 @@ class _Run:
         self.config, self.id, self.folder = config, run_id, folder
         self.stream = DataStream(config.task, config.seed, config.train.batch_size, config.train.steps)
         self.step = 0
-        self.loss_sum = 0.0
-        self.correct = 0.0
-        self.seen = 0
+        self.seen = 0  # examples since the last log point (their loss and hits are summed in Group.sums)
         self.final = False  # resumed from the checkpoint its final evaluation wrote (killed before recording it)
 
     @property
@@ -63,9 +64,8 @@ class _Run:
     def log_point(self) -> bool:
         return self.step % self.config.train.eval_every == 0 or self.at_end
 
-    def take_train_metrics(self) -> dict[str, float]:
-        out = {"loss": self.loss_sum / max(self.seen, 1), "accuracy": self.correct / max(self.seen, 1)}
-        self.loss_sum = self.correct = 0.0
+    def take_train_metrics(self, loss_sum: float, correct: float) -> dict[str, float]:
+        out = {"loss": loss_sum / max(self.seen, 1), "accuracy": correct / max(self.seen, 1)}
         self.seen = 0
         return out
 
@@ -78,11 +78,13 @@ class Group:
         first = configs[0][0]
         self.task, self.train, self.store, self.group_size = first.task, first.train, store, group_size
         self.tracker = tracker or Tracker()
-        task = self.task
-        self.read = read_tensor(task)
-        self.model = build_model(first.model, TaskShapes.of(task), [c.seed for c, _ in configs])
+        task, t = self.task, self.train
+        self.device = resolve_device(t.device)
+        self.precision = prepare(self.device, t.precision)
+        self.read = read_tensor(task, self.device)
+        # built on the CPU from the runs' seeds (the same initial weights on every device), then moved
+        self.model = build_model(first.model, TaskShapes.of(task), [c.seed for c, _ in configs]).to(self.device)
         self.names = [name for name, _ in self.model.named_parameters()]
-        t = self.train
         self.opt = GroupOptimizer(list(self.model.parameters()), [c.train.lr for c, _ in configs], t.optimizer,
                                   t.momentum, t.weight_decay, t.betas, grad_clip=t.grad_clip,
                                   warmup_steps=t.warmup_steps)
@@ -90,31 +92,36 @@ class Group:
         self.evaluation, self.exhaustive = eval_set(task)
         order = np.random.default_rng(EVAL_SEED).permutation(len(self.evaluation))
         self.probe = self.evaluation.take(order[: t.eval_examples])
-        self.autocast = torch.autocast("cpu", dtype=torch.bfloat16) if t.precision == "bf16" else nullcontext()
+        self.autocast = autocast(self.device, t.precision)
+        # each run's train loss and hits since its last log point, summed on the device: read at log points only
+        self.sums = torch.zeros(len(self.runs), 2, dtype=torch.float64, device=self.device)
+        self.losses = torch.compile(self.batch_losses, backend=COMPILE_BACKEND) if t.compile else self.batch_losses
         self.started = time.perf_counter()
         self.data_seconds = 0.0  # time the steps waited for their batches (the benchmark's data share)
         self.results: dict[str, dict[str, Any]] = {}
 
     # --- one step for every run ---------------------------------------------------------------------
+    def batch_losses(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each run's mean loss on its batch, and the outputs (what ``train.compile`` compiles)."""
+        with self.autocast:
+            outputs = self.model(x, read=self.read).outputs
+        return per_run_loss(outputs, y, self.task.loss), outputs
+
     def step(self) -> None:
         start = time.perf_counter()
         batches = [run.stream.next() for run in self.runs]
-        x = torch.from_numpy(np.stack([b.inputs for b in batches]))
-        y = torch.from_numpy(np.stack([b.targets for b in batches]))
+        x = to_device(np.stack([b.inputs for b in batches]), self.device)
+        y = to_device(np.stack([b.targets for b in batches]), self.device)
         self.data_seconds += time.perf_counter() - start
-        with self.autocast:
-            outputs = self.model(x, read=self.read).outputs
-        losses = per_run_loss(outputs, y, self.task.loss)
+        losses, outputs = self.losses(x, y)
         self.opt.zero_grad()
         losses.sum().backward()
         self.opt.step()
-        step_loss = losses.detach().tolist()
         hits = per_run_correct(outputs.detach(), y, self.task.loss, self.task.accuracy_over)
-        step_correct = hits.tolist() if hits is not None else [float("nan")] * len(step_loss)
-        for r, run in enumerate(self.runs):
+        self.sums[:, 0] += losses.detach().double() * y.shape[1]
+        self.sums[:, 1] += hits.double() if hits is not None else float("nan")
+        for run in self.runs:
             run.step += 1
-            run.loss_sum += step_loss[r] * y.shape[1]
-            run.correct += step_correct[r]
             run.seen += y.shape[1]
 
     # --- metrics, early stop, divergence, checkpoints -----------------------------------------------
@@ -140,9 +147,11 @@ class Group:
         partial: dict[str, torch.Tensor] = {}
         eval_loss, eval_acc = evaluate(self.model, self.task, self.probe, self.autocast, partial)
         rows, diverged, done = [], [], []
+        sums = self.sums.tolist()
+        self.sums[logging] = 0.0
         for r in logging:
             run = self.runs[r]
-            train = run.take_train_metrics()
+            train = run.take_train_metrics(*sums[r])
             rows.append((run.id, run.step, "train", train))
             partials = {f"loss_{name}": float(value[r]) for name, value in partial.items()}
             rows.append((run.id, run.step, "eval",
@@ -177,7 +186,8 @@ class Group:
                 "steps": run.step, "chance": self.task.chance,
                 "eval_examples": len(self.evaluation), "exhaustive": self.exhaustive,
                 "eval_protocol": self.task.eval_protocol, "seconds": round(time.perf_counter() - self.started, 3),
-                "group_size": self.group_size, "threads": torch.get_num_threads(), "precision": self.train.precision,
+                "group_size": self.group_size, "threads": torch.get_num_threads(), "precision": self.precision,
+                "device": str(self.device),
             }
             if partial:
                 final["partial_losses"] = {name: float(value[r]) for name, value in partial.items()}
@@ -193,16 +203,19 @@ class Group:
         keep = [r for r in range(len(self.runs)) if r not in indices]
         for r in indices:
             self.runs[r].stream.close()
-        index = torch.tensor(keep, dtype=torch.long)
+        index = torch.tensor(keep, dtype=torch.long, device=self.device)
         self.model.select_runs(index)
         self.opt.select_runs(index, list(self.model.parameters()))
+        self.sums = self.sums[index]
         self.runs = [self.runs[r] for r in keep]
 
     def save(self, r: int, final: bool = False) -> None:
         """Checkpoint run r: weights, optimizer state, data stream, and the train metrics since the last log."""
         run = self.runs[r]
-        tensors = {**self.model.run_state_dict(r), **self.opt.run_state_dict(r, self.names)}
-        sums = {"loss": float(run.loss_sum).hex(), "correct": float(run.correct).hex(), "seen": run.seen}
+        state = {**self.model.run_state_dict(r), **self.opt.run_state_dict(r, self.names)}
+        tensors = {k: v.cpu() for k, v in state.items()}
+        loss_sum, correct = self.sums[r].tolist()
+        sums = {"loss": float(loss_sum).hex(), "correct": float(correct).hex(), "seen": run.seen}
         save_checkpoint(run.folder, tensors, run.step,
                         {"run_id": run.id, "stream": run.stream.state(), "train_sums": sums, "final": final})
 
@@ -211,7 +224,8 @@ class Group:
         run = self.runs[r]
         name = f"history/step-{run.step:07d}.safetensors"
         path = self.store.artifact_path(run.id, "history", name)
-        atomic_write_bytes(path, save(self.model.run_state_dict(r), metadata={"step": str(run.step)}))
+        weights = {k: v.cpu() for k, v in self.model.run_state_dict(r).items()}
+        atomic_write_bytes(path, save(weights, metadata={"step": str(run.step)}))
         self.store.add_artifact(run.id, "history", name, {"step": run.step})
 
     def resume(self, r: int) -> None:
@@ -241,7 +255,7 @@ class Group:
             self.opt.load_run_state_dict(r, self.names, tensors)
             run.stream.restore(stream, step)
             if sums is not None:  # format 2: the train metrics accumulated since the last log point
-                run.loss_sum, run.correct = float.fromhex(sums["loss"]), float.fromhex(sums["correct"])
+                self.sums[r, 0], self.sums[r, 1] = float.fromhex(sums["loss"]), float.fromhex(sums["correct"])
                 run.seen = int(sums["seen"])
         except (KeyError, ValueError, TypeError, RuntimeError, IndexError, AttributeError) as e:
             detail = " ".join(str(e).split())[:200] or type(e).__name__

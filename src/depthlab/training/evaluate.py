@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from ..tasks import Batch, Task
+from .device import to_device
 from .objectives import per_run_correct, per_run_loss
 
 EVAL_CHUNK = 8192  # at most this many examples per evaluation forward pass …
@@ -14,29 +15,32 @@ EVAL_ELEMENTS = 2**27  # … and about this many activations (runs × examples �
 # with many runs would otherwise ask for tens of GB at once (attention scores grow with n²)
 
 
-def read_tensor(task: Task) -> torch.Tensor | None:
+def read_tensor(task: Task, device: torch.device | None = None) -> torch.Tensor | None:
     """The positions the task's loss reads, as the models' ``read`` argument (None: the last position only)."""
     positions = task.read_positions
-    return None if positions is None else torch.as_tensor(positions, dtype=torch.long)
+    return None if positions is None else torch.as_tensor(positions, dtype=torch.long, device=device)
 
 
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, task: Task, batch: Batch, autocast: Any,
              partial: dict[str, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Loss and accuracy (NaN for regression) of every run of ``model`` on ``batch``, the same examples for all.
+    """Loss and accuracy (NaN for regression) of every run of ``model`` on ``batch``, the same examples for all,
+    computed on the model's device and returned on the CPU (one synchronisation per evaluation).
 
     When the task defines ``partial_losses(outputs, targets) -> {name: [R]}`` (seed 002 Figure 4: the loss of
     each chain position), their means over ``batch`` are put in ``partial`` (when given).
     """
-    runs, read = model.n_runs, read_tensor(task)
-    loss_sum = torch.zeros(runs)
-    correct = torch.zeros(runs)
+    device = next(model.parameters()).device
+    runs, read = model.n_runs, read_tensor(task, device)
+    loss_sum = torch.zeros(runs, device=device)
+    correct = torch.zeros(runs, device=device)
     partial_fn = getattr(task, "partial_losses", None) if partial is not None else None
     inputs, targets = torch.from_numpy(batch.inputs), torch.from_numpy(batch.targets)
     n = inputs.shape[1]
     chunk = max(1, min(EVAL_CHUNK, EVAL_ELEMENTS // (runs * n * max(n, 64))))
+    sums: dict[str, torch.Tensor] = {}
     for start in range(0, len(batch), chunk):
-        x, y = inputs[start : start + chunk], targets[start : start + chunk]
+        x, y = (to_device(t[start : start + chunk], device) for t in (inputs, targets))
         x, y = x.expand(runs, *x.shape), y.expand(runs, *y.shape)
         with autocast:
             outputs = model(x, read=read).outputs
@@ -45,8 +49,7 @@ def evaluate(model: torch.nn.Module, task: Task, batch: Batch, autocast: Any,
         correct += hits if hits is not None else float("nan")
         if partial_fn is not None:
             for name, value in partial_fn(outputs, y).items():
-                partial[name] = partial.get(name, torch.zeros(runs)) + value.float() * y.shape[1]
-    if partial_fn is not None:
-        for name in partial:
-            partial[name] = partial[name] / len(batch)
-    return loss_sum / len(batch), correct / len(batch)
+                sums[name] = sums.get(name, torch.zeros(runs, device=device)) + value.float() * y.shape[1]
+    if partial is not None:
+        partial.update({name: (value / len(batch)).cpu() for name, value in sums.items()})
+    return (loss_sum / len(batch)).cpu(), (correct / len(batch)).cpu()

@@ -20,8 +20,9 @@ class GroupOptimizer:
         self.warmup_steps = warmup_steps
         self.kind = kind
         self.momentum, self.weight_decay, self.betas, self.eps = momentum, weight_decay, betas, eps
-        self.lr = torch.tensor(lrs, dtype=torch.float32)
-        self.steps = torch.zeros(len(lrs), dtype=torch.float64)  # bias corrections need float64, as torch
+        device = params[0].device if params else None  # the per-run rates and step counts live with the weights
+        self.lr = torch.tensor(lrs, dtype=torch.float32, device=device)
+        self.steps = torch.zeros(len(lrs), dtype=torch.float64, device=device)  # bias corrections need float64
         self.state: list[dict[str, torch.Tensor]] = [{} for _ in params]
 
     def _per_run(self, values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:

@@ -25,6 +25,7 @@ from ..config import RunConfig, parse_run
 from ..models import TaskShapes, build_model
 from ..store import Store
 from .data import DataStream
+from .device import CPU, autocast, prepare, resolve_device, synchronize, to_device
 from .engine import Group
 from .objectives import per_run_loss
 
@@ -56,13 +57,18 @@ CASES = [
 ]
 
 
-def peak_gflops(dtype: torch.dtype, size: int = 2048, repeats: int = 5) -> float:
-    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+def peak_gflops(dtype: torch.dtype, device: torch.device = CPU, size: int = 2048, repeats: int = 5) -> float:
+    """The measured matrix-product rate at ``dtype`` (fp32 on CUDA: TF32, as training uses it)."""
+    if device.type != "cpu":
+        size *= 4  # a GPU needs larger products to be busy
+    a, b = (torch.randn(size, size, dtype=dtype, device=device) for _ in range(2))
     a @ b  # warm-up
     times = []
     for _ in range(repeats):
+        synchronize(device)
         start = time.perf_counter()
         a @ b
+        synchronize(device)
         times.append(time.perf_counter() - start)
     return 2 * size**3 / statistics.median(times) / 1e9
 
@@ -85,44 +91,44 @@ def forward_flops(config: RunConfig) -> float:
     return m.layers * per_layer + 2 * d * classes
 
 
-def _configs(case: Case, runs: int, precision: str) -> list[RunConfig]:
+def _configs(case: Case, runs: int, precision: str, device: str = "cpu") -> list[RunConfig]:
     return [parse_run({**case.raw, "train": {**case.raw["train"], "precision": precision, "steps": 10**6,
-                                             "eval_every": 10**6}, "seed": s}) for s in range(runs)]
+                                             "eval_every": 10**6, "device": device}, "seed": s})
+            for s in range(runs)]
 
 
-def _time(fn, min_seconds: float) -> tuple[int, float]:
+def _time(fn, min_seconds: float, device: torch.device = CPU) -> tuple[int, float]:
     steps, start = 0, time.perf_counter()
     while time.perf_counter() - start < min_seconds:
         fn()
         steps += 1
+    synchronize(device)
     return steps, time.perf_counter() - start
 
 
 def plain_loop(config: RunConfig, min_seconds: float) -> float:
     """Examples per second of one run trained alone, written as a careful hand loop."""
-    task = config.task
-    model = build_model(config.model, TaskShapes.of(task), [0])
+    task, device = config.task, resolve_device(config.train.device)
+    prepare(device, config.train.precision)
+    model = build_model(config.model, TaskShapes.of(task), [0]).to(device)
     t = config.train
     opt = (torch.optim.SGD(model.parameters(), lr=t.lr) if t.optimizer == "sgd"
            else torch.optim.AdamW(model.parameters(), lr=t.lr, weight_decay=t.weight_decay))
     stream = DataStream(task, 0, t.batch_size)  # the engine's chunked sampling, so data costs the same
     batch = t.batch_size
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16) if config.train.precision == "bf16" else None
+    mixed = autocast(device, config.train.precision)
 
     def step() -> None:
         data = stream.next()
-        x, y = torch.from_numpy(data.inputs)[None], torch.from_numpy(data.targets)[None]
-        if autocast:
-            with autocast:
-                logits = model(x).outputs
-        else:
+        x, y = to_device(data.inputs, device)[None], to_device(data.targets, device)[None]
+        with mixed:
             logits = model(x).outputs
         opt.zero_grad()
         per_run_loss(logits, y, task.loss).sum().backward()
         opt.step()
 
     step()  # warm-up
-    steps, seconds = _time(step, min_seconds)
+    steps, seconds = _time(step, min_seconds, device)
     return steps * batch / seconds
 
 
@@ -133,42 +139,46 @@ def engine(configs: list[RunConfig], min_seconds: float) -> tuple[float, float]:
         group = Group([(c, Store.run_id(c.to_dict())) for c in configs], Store(folder), len(configs))
         group.step()  # warm-up
         group.data_seconds = 0.0
-        steps, seconds = _time(group.step, min_seconds)
+        steps, seconds = _time(group.step, min_seconds, group.device)
     examples = steps * len(configs) * configs[0].train.batch_size
     return examples / seconds, group.data_seconds / seconds
 
 
 def run_benchmark(run_counts: list[int], cases: list[str] | None = None, min_seconds: float = 1.0,
-                  progress=None, rounds: int = 3) -> dict[str, Any]:
+                  progress=None, rounds: int = 3, device: str = "cpu") -> dict[str, Any]:
     """Every case at every group size, ``rounds`` times interleaved (plain loop, then each group size), each
     rate the median of its rounds: this machine's speed drifts by ±15 % over minutes, and interleaving
-    puts the drift into every measurement alike instead of into the ratios."""
-    peak = peak_gflops(torch.float32)
-    peak_bf16 = peak_gflops(torch.bfloat16)
+    puts the drift into every measurement alike instead of into the ratios. On a GPU every case runs in
+    fp32 (TF32 matmuls) and bf16; on the CPU, bf16 for icqa-paper only."""
+    where = resolve_device(device, "--device")
+    fp32 = prepare(where, "fp32")
+    peak = peak_gflops(torch.float32, where)
+    peak_bf16 = peak_gflops(torch.bfloat16, where)
     rows = []
     chosen = [c for c in CASES if cases is None or c.name in cases]
-    plan = [(c, p) for c in chosen for p in (["fp32", "bf16"] if c.name == "icqa-paper" else ["fp32"])]
+    both = where.type != "cpu"
+    plan = [(c, p) for c in chosen for p in (["fp32", "bf16"] if both or c.name == "icqa-paper" else ["fp32"])]
     for case, precision in plan:
-        base = _configs(case, 1, precision)[0]
+        base = _configs(case, 1, precision, device)[0]
         flops = 3 * forward_flops(base)
         plain_rates: list[float] = []
         measured: dict[int, list[tuple[float, float]]] = {runs: [] for runs in run_counts}
         for _ in range(rounds):
             plain_rates.append(plain_loop(base, min_seconds))
             for runs in run_counts:
-                measured[runs].append(engine(_configs(case, runs, precision), min_seconds))
+                measured[runs].append(engine(_configs(case, runs, precision, device), min_seconds))
         plain = statistics.median(plain_rates)
         for runs in run_counts:
             rate = statistics.median(r for r, _ in measured[runs])
             data_share = statistics.median(d for _, d in measured[runs])
             rows.append({
-                "name": case.name, "precision": precision, "runs": runs,
+                "name": case.name, "precision": fp32 if precision == "fp32" else precision, "runs": runs,
                 "plain_examples_per_s": round(plain, 1), "engine_examples_per_s": round(rate, 1),
                 "speedup": round(rate / plain, 2), "engine_gflops": round(rate * flops / 1e9, 1),
                 "fraction_of_peak": round(rate * flops / 1e9 / peak, 3), "data_fraction": round(data_share, 4),
             })
             if progress:
                 progress(rows[-1])
-    return {"peak_gflops": round(peak, 1), "peak_gflops_bf16": round(peak_bf16, 1),
+    return {"device": str(where), "peak_gflops": round(peak, 1), "peak_gflops_bf16": round(peak_bf16, 1),
             "threads": torch.get_num_threads(), "rounds": rounds, "cases": rows,
             "notes": {c.name: c.note for c in chosen}}

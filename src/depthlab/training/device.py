@@ -1,0 +1,99 @@
+"""Where a group trains: the one module that turns ``train.device`` into a torch device and knows CUDA.
+
+``train.device`` is ``auto`` (a GPU when PyTorch sees one, else the CPU), ``cpu``, ``cuda`` or ``cuda:N``. Asking
+for CUDA where PyTorch has none is a :class:`UserError` before any work. On CUDA every tensor a step touches lives
+on the device: parameters and optimizer state (the model is built on the CPU from the runs' seeds, so its initial
+weights are the same on every device, then moved), batches (sampled on the CPU by the runs' own generators,
+copied from pinned memory without blocking), and the running train metrics (summed on the device, read at log
+points only: no host synchronisation per step).
+
+Precision: ``fp32`` on CUDA lets matrix products use TF32 (``torch.set_float32_matmul_precision("high")``, what
+PyTorch recommends for training on Ampere and later); the results record it as ``tf32``. ``bf16`` is autocast to
+bfloat16 on either device. No other module of depthlab's training path names CUDA (``tests/test_architecture.py``).
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager, nullcontext
+
+import numpy as np
+import torch
+
+from ..config import DEVICE_NAMES, DEVICES_ALLOWED
+from ..errors import UserError
+
+CPU = torch.device("cpu")
+
+
+def check_device_name(name: str, field: str = "train.device") -> None:
+    """A UserError naming ``field`` when ``name`` is not a device name (whether this machine has it aside)."""
+    if not DEVICE_NAMES.fullmatch(name):
+        raise UserError(f"{field}: {name!r} is not a device; allowed: {DEVICES_ALLOWED}")
+
+
+def resolve_device(name: str, field: str = "train.device") -> torch.device:
+    """The torch device ``name`` stands for; a UserError naming ``field`` for a device this machine lacks."""
+    check_device_name(name, field)
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cpu":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
+        raise UserError(f"{field}: {name} asked for, but PyTorch sees no CUDA GPU here (torch {torch.__version__}, "
+                        f"{build}); use --device cpu (or auto), or install a CUDA build of torch (README, GPUs)")
+    device = torch.device(name)
+    count = torch.cuda.device_count()
+    if device.index is not None and device.index >= count:
+        raise UserError(f"{field}: {name} asked for, but only {count} GPU{'s' if count != 1 else ''} "
+                        f"{'are' if count != 1 else 'is'} visible (cuda:0 to cuda:{count - 1})")
+    return device
+
+
+def asks_for_gpu(name: str) -> bool:
+    """Whether ``name`` (a valid ``train.device``) names a GPU, whatever this machine has."""
+    return name.startswith("cuda")
+
+
+def gpus_for(name: str) -> list[str]:
+    """The devices the local executor spreads groups over: every visible GPU for ``cuda`` (or ``auto`` with
+    GPUs); the one named device otherwise."""
+    device = resolve_device(name)
+    if device.type == "cuda" and device.index is None:
+        return [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    return [str(device)]
+
+
+def prepare(device: torch.device, precision: str) -> str:
+    """Set the device's numeric options for ``precision``; returns the precision as the results record it."""
+    if device.type == "cuda" and precision == "fp32":
+        torch.set_float32_matmul_precision("high")
+        return "tf32"
+    return precision
+
+
+def autocast(device: torch.device, precision: str) -> AbstractContextManager:
+    """bfloat16 autocast on ``device`` for ``bf16``; nothing for fp32."""
+    return torch.autocast(device.type, dtype=torch.bfloat16) if precision == "bf16" else nullcontext()
+
+
+def to_device(array: np.ndarray | torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``array`` on ``device``: the same memory on the CPU, a non-blocking copy from pinned memory on CUDA."""
+    tensor = torch.from_numpy(array) if isinstance(array, np.ndarray) else array
+    if device.type == "cpu":
+        return tensor
+    return tensor.pin_memory().to(device, non_blocking=True)
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the work queued on ``device`` (a GPU runs asynchronously; timings need this)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def free_memory(device: torch.device) -> int | None:
+    """Bytes free on a GPU (None on the CPU: the host's budget applies, ``depthlab.memory``)."""
+    if device.type != "cuda":
+        return None
+    free, _ = torch.cuda.mem_get_info(device)
+    return int(free)

@@ -1,0 +1,72 @@
+"""Issue 18 on a CUDA GPU: every test here is marked ``gpu`` and skipped where PyTorch sees none (conftest)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from depthlab.config import parse_run
+from depthlab.store import Store
+from depthlab.sweeps.devices import train_on_devices
+from depthlab.sweeps.local import plan_groups, run_local
+from depthlab.training import engine
+from depthlab.training.device import gpus_for
+
+pytestmark = pytest.mark.gpu
+
+RUN = {"task": {"name": "icqa", "k": 3, "n_q": 8, "n_a": 8},
+       "model": {"name": "transformer", "layers": 2, "heads": 2, "width": 32},
+       "train": {"optimizer": "adamw", "lr": 0.003, "steps": 60, "eval_every": 20, "batch_size": 32,
+                 "device": "cuda"}}
+
+
+def runs(seeds=range(4), **train):
+    return [parse_run({**RUN, "train": {**RUN["train"], **train}, "seed": s}) for s in seeds]
+
+
+def test_a_run_alone_and_in_a_group_agree_on_the_gpu(tmp_path):
+    grouped = run_local(runs(), Store(tmp_path / "grouped"), group_size=4)
+    alone = run_local(runs(), Store(tmp_path / "alone"), group_size=1)
+    for run_id, result in alone.items():
+        assert grouped[run_id]["device"] == "cuda:0" and grouped[run_id]["precision"] == "tf32"
+        assert grouped[run_id]["loss"] == pytest.approx(result["loss"], rel=1e-3, abs=1e-5)
+
+
+def test_a_training_step_lives_on_the_gpu_and_never_waits_for_it(tmp_path):
+    """Parameters, optimizer state and metric sums on the device; a step makes no host synchronisation
+    (``torch.cuda.set_sync_debug_mode("error")`` raises on any)."""
+    configs = runs(steps=5)
+    store = Store(tmp_path)
+    ids = [store.create_run(c.to_dict(), c.task.name, c.model.name) for c in configs]
+    group = engine.Group(list(zip(configs, ids, strict=True)), store, len(configs))
+    group.step()  # the optimizer's state is made on the first step
+    assert all(p.is_cuda for p in group.model.parameters()) and group.sums.is_cuda
+    assert all(t.is_cuda for state in group.opt.state for t in state.values())
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        group.step()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+@pytest.mark.parametrize("model", [{"name": "attention_only", "layers": 2}, {"name": "mamba", "layers": 1},
+                                   {"name": "dss", "layers": 1}, {"name": "lstm", "layers": 1}])
+def test_every_family_trains_in_bf16_on_the_gpu(tmp_path, model):
+    configs = [parse_run({**RUN, "model": model, "train": {**RUN["train"], "precision": "bf16"}, "seed": s})
+               for s in (0, 1)]
+    results = run_local(configs, Store(tmp_path))
+    assert {r["precision"] for r in results.values()} == {"bf16"} and len(results) == 2
+
+
+def test_a_compiled_step_trains_as_the_eager_one_on_the_gpu(tmp_path):
+    eager = run_local(runs((0, 1)), Store(tmp_path / "eager"))
+    compiled = run_local(runs((0, 1), compile=True), Store(tmp_path / "compiled"))
+    for run_id, result in eager.items():
+        assert compiled[run_id]["loss"] == pytest.approx(result["loss"], rel=1e-2, abs=1e-4)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_groups_spread_over_every_gpu(tmp_path):
+    configs = runs(range(4))
+    got = train_on_devices(plan_groups(configs, group_size=1), Store(tmp_path), gpus_for("cuda"))
+    assert {r["device"] for r in got.values()} == {f"cuda:{i}" for i in range(torch.cuda.device_count())}
