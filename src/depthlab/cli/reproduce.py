@@ -40,7 +40,7 @@ def reproduce(name: Annotated[str, typer.Argument(help="preset name, e.g. seed00
               set_: SetOpt = None, store: StoreOpt = None,
               out: Annotated[Path | None, typer.Option(help="folder for figures (default: <store>/figures)")] = None,
               format_: FormatOpt = "png", device: DeviceOpt = None,
-              group_size: Annotated[int | None, typer.Option("--group-size", min=1)] = None,
+              group_size: GroupSizeOpt = None,
               json_out: JsonOpt = False) -> None:
     """Re-run a seed's study from its preset and print its table; writes its figure."""
     from ..api.reproduce import run_preset

@@ -18,6 +18,7 @@ from .common import (
     AddressOpt,
     DeviceOpt,
     ExecutorOpt,
+    GroupSizeOpt,
     JsonOpt,
     LogOpt,
     SetOpt,
@@ -122,7 +123,7 @@ def train(config: Annotated[Path, typer.Argument(help="run file (YAML)")], set_:
 @app.command()
 def sweep(config: Annotated[Path, typer.Argument(help="sweep file (YAML): a run file plus `sweep:`")],
           set_: SetOpt = None, store: StoreOpt = None,
-          group_size: Annotated[int | None, typer.Option("--group-size", min=1, help="runs per batched group")] = None,
+          group_size: GroupSizeOpt = None,
           executor: ExecutorOpt = "local", address: AddressOpt = None, device: DeviceOpt = None,
           log: LogOpt = None, json_out: JsonOpt = False) -> None:
     """Train every run of a grid (finished runs are skipped), grouping runs of equal shapes."""
