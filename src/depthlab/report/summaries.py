@@ -13,6 +13,7 @@ settled. ``figure`` is the path of the preset's main figure; other figures go ne
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -71,11 +72,14 @@ def emergence_summary(store: Store, run_ids: list[str], figure: Path, title: str
 
 
 def lengths_summary(store: Store, run_ids: list[str], figure: Path, title: str, vector: str | None = None,
-                    curve_length: int | None = None) -> Summary:
+                    curve_length: int | None = None, tuned: bool = False) -> Summary:
     """Seed 003's length table: JSON rows, the model × length table, the heat map, and each task's validation
     curves at one length (``FIGURE-curves.png``; ``curve_length`` where every model of the task ran at it, else the
-    longest such length)."""
+    longest such length). ``tuned``: a hyperparameter search (App. H): one row per model family and length, its
+    best configuration (``depthlab.analysis.lengths.best_per_family``)."""
     rows = lengths.length_rows(store, run_ids)
+    if tuned:
+        rows = lengths.best_per_family(rows)
     figure = Path(figure)
     heat = save(heatmap_figure(rows, title), figure, vector)
     chosen = lengths.choose_curve_lengths(rows, curve_length)
@@ -152,6 +156,8 @@ RUN_SUMMARIES: dict[str, Callable[..., Summary]] = {
     "emergence": emergence_summary,
     "lengths": lengths_summary,
     "index-lookup": index_lookup_summary,
+    "lengths-tuned": partial(lengths_summary, tuned=True),
+    "index-lookup-tuned": partial(lengths_summary, curve_length=200, tuned=True),
     "widths": widths_summary,
     "induction": induction_summary,
 }

@@ -2,7 +2,8 @@
 
 A preset holds ``title``, ``reproduces`` (the seed's figure or section), ``scales`` and ``summary``; each scale
 is a list of ``sweeps`` (sweep mappings as in a sweep file) and a ``note`` saying what it shrinks. ``summary``
-names what turns the finished runs into the preset's table and figure: an entry of
+(top level, or in a scale to override it there) names what turns the finished runs into the preset's table and
+figure: an entry of
 ``depthlab.report.summaries.RUN_SUMMARIES`` (default ``depth``: the capability table and seed 001 Figure 2).
 
 A scale may instead hold ``studies``: capability studies (``depthlab.sweeps.climb``), each a run mapping
@@ -42,6 +43,7 @@ class Preset:
     sweeps: list[list[RunConfig]]
     raw: dict[str, Any]
     studies: list[Study] = field(default_factory=list)
+    summary_name: str | None = None  # the scale's own ``summary``, else the preset's
 
     @property
     def runs(self) -> list[RunConfig]:
@@ -58,7 +60,7 @@ class Preset:
     @property
     def summary(self) -> str:
         """The name of the preset's summary (``depthlab.report.summaries``)."""
-        return self.raw.get("summary") or ("min-depth" if self.studies else "depth")
+        return self.summary_name or self.raw.get("summary") or ("min-depth" if self.studies else "depth")
 
 
 def recipe(name: str) -> dict[str, Any]:
@@ -80,4 +82,4 @@ def load_preset(name: str, scale: str, overrides: list[str] | None = None) -> Pr
     studies = [study_from_mapping(s, f"{name}.scales.{scale}.studies[{i}]", overrides)
                for i, s in enumerate(body.get("studies", []))]
     return Preset(name, raw.get("title", name), raw.get("reproduces", ""), scale, body.get("note", ""), sweeps, raw,
-                  studies)
+                  studies, body.get("summary"))
