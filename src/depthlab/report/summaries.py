@@ -17,13 +17,15 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from ..analysis import capability, emergence, layers, lengths
+from ..analysis import capability, construction_maps, emergence, heads, layers, lengths
 from ..analysis.tables import Column, Table
 from ..constructions import log_width
 from ..draw import save
+from ..draw.attention import comparison_figure
 from ..draw.capability import min_depth_figure
 from ..draw.depth import depth_figure
 from ..draw.emergence import emergence_figure
+from ..draw.heads import heads_figure
 from ..draw.induction import bleeding_figure, strength_figure, write_figures
 from ..draw.layers import layers_figure
 from ..draw.lengths import curves_figure, heatmap_figure
@@ -134,6 +136,35 @@ def induction_summary(store: Store, run_ids: list[str], figure: Path, title: str
     return out, [runs_table(rows, title), *[t for m in measured for t in summary_tables(m.result)]]
 
 
+def heads_summary(store: Store, run_ids: list[str], figure: Path, title: str, vector: str | None = None) -> Summary:
+    """Seed 001 Figures 4-7: rows per (task, head list) with final accuracy and speed, the table, the figure."""
+    rows = heads.head_rows(store, run_ids)
+    path = save(heads_figure(rows, f"seed 001 Figures 4-7 (§9.2-§9.3): {title}"), figure, vector)
+    return {"rows": heads.heads_json(rows), "figure": str(path)}, [heads.heads_table(rows, title)]
+
+
+def attention_summary(store: Store, run_ids: list[str], figure: Path, title: str,
+                      vector: str | None = None) -> Summary:
+    """Seed 001 Figure 3 (§6.2): each trained configuration's attention maps on the figure's sequences next to the
+    construction's, and each layer's share of attention on the constructed pattern (a row per run and layer)."""
+    compared = construction_maps.compare_runs(store, run_ids)
+    sources = [(r["label"], r["maps"]) for r in compared["runs"]]
+    sources.append((f"constructed ({compared['construction']['layers']} layers, hand-set)",
+                    compared["construction"]["maps"]))
+    path = save(comparison_figure(sources, f"seed 001 Figure 3 (§6.2): {title}"), figure, vector)
+    table = Table.of("run", "accuracy", "layer", "share on construction", "last row", title=title,
+                     caption=f"share: fraction of a layer's attention where the construction attends, mean over "
+                             f"{construction_maps.MEASURED} evaluation examples")
+    rows = []
+    for run in compared["runs"]:
+        for share in run["shares"]:
+            rows.append({"run": run["id"], "label": run["label"], "accuracy": run["accuracy"], **share})
+            acc = "—" if run["accuracy"] is None else f"{run['accuracy']:.3f}"
+            table.add_row(run["label"], acc, str(share["layer"]), f"{share['share']:.2f}",
+                          f"{share['share_last_row']:.2f}")
+    return {"rows": rows, "examples": compared["examples"], "figure": str(path)}, [table]
+
+
 def min_depth_summary(cells: list[CellResult], figure: Path, title: str, vector: str | None = None,
                       expected_label: str = "seed says") -> Summary:
     """Capability studies: a JSON row and a table row per cell, and the heat map (mean accuracy per cell and
@@ -160,6 +191,8 @@ RUN_SUMMARIES: dict[str, Callable[..., Summary]] = {
     "index-lookup-tuned": partial(lengths_summary, curve_length=200, tuned=True),
     "widths": widths_summary,
     "induction": induction_summary,
+    "attention": attention_summary,
+    "heads": heads_summary,
 }
 STUDY_SUMMARIES: dict[str, Callable[..., Summary]] = {
     "min-depth": min_depth_summary,
