@@ -90,6 +90,11 @@ def preset_figures(name: str, raw: dict[str, Any]) -> list[str]:
     return list(given)
 
 
+def preset_figures_of(name: str) -> list[str]:
+    """The seed figures of the preset ``name`` (:func:`preset_figures`), without loading its scales."""
+    return preset_figures(name, load_yaml(_path(name)))
+
+
 def preset_info(name: str) -> dict[str, Any]:
     """What ``depthlab reproduce --list`` shows of a preset: ``name``, ``title``, ``reproduces``, ``figures``,
     ``summary`` and per scale its ``size`` in words, the ``runs`` it trains at most and its ``note``."""
