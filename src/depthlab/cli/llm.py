@@ -145,7 +145,8 @@ def llm_bench(
     finally:
         runner.close()
         the_store.close()
-    save(accuracy_figure(result, title=result["model"]), result["figure"], vector)
+    name = Path(result["model"]).name if model else result["model"]  # a local model by its folder's name
+    save(accuracy_figure(result, title=name), result["figure"], vector)
     if markdown is not None:
         markdown.parent.mkdir(parents=True, exist_ok=True)
         markdown.write_text(bench_table(result).markdown(), encoding="utf-8")
