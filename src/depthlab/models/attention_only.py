@@ -169,11 +169,13 @@ class AttentionOnly(RunModule):
                                                  weight("v", [heads, width, width]), spec.attention == "softmax"))
             for layer, heads in enumerate(spec.heads_per_layer))
         self.unembed = Unembed(weight("u", [width, self.n_classes]))
-        positions = torch.zeros(self.n, width)
-        positions[torch.arange(self.n), self.d + torch.arange(self.n)] = 1.0
+        # fixed tables built on the CPU whatever the default device (components.shapes_only); .to moves them
+        positions = torch.zeros(self.n, width, device="cpu")
+        index = torch.arange(self.n, device="cpu")
+        positions[index, self.d + index] = 1.0
         self.register_buffer("positions", positions, persistent=False)
         # a lookup in the identity is the one-hot encoding, 4x faster than ``one_hot`` (a scatter) on a CPU …
-        self.register_buffer("one_hot", torch.eye(self.d, width), persistent=False)
+        self.register_buffer("one_hot", torch.eye(self.d, width, device="cpu"), persistent=False)
         # … and a lookup in a table of every (token, position) row is H^(0) in one pass over memory
         table = (self.one_hot[:, None] + positions).reshape(-1, width) if self.d * self.n * width <= 2**22 else None
         self.register_buffer("token_positions", table, persistent=False)

@@ -43,6 +43,19 @@ def through_head_hook(hook: HookPoint, x: torch.Tensor) -> torch.Tensor:
     return heads_last(hook(heads_last(x))) if hook.fns else x
 
 
+def shapes_only() -> bool:
+    """Whether modules are being built on the meta device (``model_size``), where values are never read: weights
+    are then left empty, because drawing random ones there goes through a decomposition that imports TorchDynamo
+    (seconds at every start of a training command)."""
+    return torch.get_default_device().type == "meta"
+
+
+def causal_mask(n: int) -> torch.Tensor:
+    """[n, n] bool, True where the key comes after the query. Built on the CPU whatever the default device (on
+    the meta device ``triu`` imports TorchDynamo too, see :func:`shapes_only`); the module's ``.to`` moves it."""
+    return torch.ones(n, n, dtype=torch.bool, device="cpu").triu(1)
+
+
 class Init:
     """Initial values for R runs, run r drawn from ``generators[r]`` (normal, uniform or constant)."""
 
@@ -53,11 +66,18 @@ class Init:
     def runs(self) -> int:
         return len(self.generators)
 
+    def _shapes_only(self, shape: list[int]) -> torch.nn.Parameter | None:
+        return torch.nn.Parameter(torch.empty([self.runs, *shape])) if shapes_only() else None
+
     def normal(self, shape: list[int], std: float | None = None) -> torch.nn.Parameter:
+        if (empty := self._shapes_only(shape)) is not None:
+            return empty
         std = self.std if std is None else std
         return torch.nn.Parameter(torch.stack([torch.randn(shape, generator=g) * std for g in self.generators]))
 
     def uniform(self, shape: list[int], low: float, high: float) -> torch.nn.Parameter:
+        if (empty := self._shapes_only(shape)) is not None:
+            return empty
         return torch.nn.Parameter(torch.stack([torch.rand(shape, generator=g) * (high - low) + low
                                                for g in self.generators]))
 

@@ -31,6 +31,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from .components import shapes_only
+
 MASK = -1.0e4  # "a sufficiently large negative value" (Lemma 2)
 
 
@@ -42,6 +44,8 @@ def attention_only_weight(kind: str, init: str, shape: list[int], generators: li
     """One stacked weight of the attention-only model: ``kind`` is ``qk``, ``v`` or ``u`` (W_QK, W_V, W_U);
     ``first_layer`` marks layer 0's W_QK, which ``paper-first`` draws as the paper does."""
     out = torch.empty([len(generators), *shape])
+    if shapes_only():
+        return torch.nn.Parameter(out)
     paper = init == "paper" or (init == "paper-first" and kind == "qk" and first_layer)
     for r, gen in enumerate(generators):
         if not paper:

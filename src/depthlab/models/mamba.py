@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from pydantic import Field
 
 from .base import register
-from .components import Init, bias, per_run
+from .components import Init, bias, per_run, shapes_only
 from .recurrent import Mixer, RecurrentSpec, ResidualBlock, SequenceStack
 
 
@@ -78,9 +78,14 @@ class SelectiveSSM(Mixer):
         self.conv_b = linear(k, [e])
         self.W_x = linear(e, [e, rank + 2 * n])
         self.W_dt = init.uniform([rank, e], -(rank**-0.5), rank**-0.5)
-        dt = torch.exp(init.uniform([e], math.log(s.dt_min), math.log(s.dt_max)).detach()).clamp(min=1e-4)
-        self.b_dt = torch.nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # inverse softplus
-        self.A_log = torch.nn.Parameter(torch.log(torch.arange(1, n + 1, dtype=torch.float32)).repeat(init.runs, e, 1))
+        log_dt = init.uniform([e], math.log(s.dt_min), math.log(s.dt_max))
+        if shapes_only():  # on the meta device only the shape counts (components.shapes_only)
+            self.b_dt = log_dt
+        else:
+            dt = torch.exp(log_dt.detach()).clamp(min=1e-4)
+            self.b_dt = torch.nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # inverse softplus
+        states = torch.arange(1, n + 1, dtype=torch.float32, device="cpu")  # on the CPU: components.shapes_only
+        self.A_log = torch.nn.Parameter(torch.log(states).repeat(init.runs, e, 1))
         self.D = init.const([e], 1.0)
         self.W_out = linear(e, [e, d])
 

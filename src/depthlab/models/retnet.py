@@ -56,9 +56,10 @@ class Retention(HeadedMixer):
         angles = rotary_angles(n, spec.d_head)
         self.register_buffer("rot_cos", angles.cos(), persistent=False)
         self.register_buffer("rot_sin", angles.sin(), persistent=False)
-        self.register_buffer("gamma", 1.0 - 2.0 ** (-5.0 - torch.arange(spec.heads, dtype=torch.float64)),
+        self.register_buffer("gamma", 1.0 - 2.0 ** (-5.0 - torch.arange(spec.heads, dtype=torch.float64, device="cpu")),
                              persistent=False)
-        self.register_buffer("gap", torch.arange(n)[:, None] - torch.arange(n)[None], persistent=False)  # n − m
+        positions = torch.arange(n, device="cpu")  # on the CPU: components.shapes_only
+        self.register_buffer("gap", positions[:, None] - positions[None], persistent=False)  # n − m
 
     def decay(self, n: int, dtype: torch.dtype) -> torch.Tensor:
         """D [heads, n, n]: γ^(n−m) below the diagonal, 0 above (computed in float64)."""

@@ -36,6 +36,7 @@ from .components import (
     LayerNorm,
     PosEmbed,
     Unembed,
+    causal_mask,
     residual_out_std,
     through_head_hook,
 )
@@ -87,7 +88,8 @@ def sinusoidal_positions(n: int, width: int) -> torch.Tensor:
 
 def rotary_angles(n: int, d_head: int) -> torch.Tensor:
     """θ_j·i for position i and pair j (θ_j = 10000^(−2j/d_head)): [n, d_head / 2]."""
-    return torch.arange(n)[:, None] * (10000.0 ** (-torch.arange(0, d_head, 2) / d_head))[None]
+    positions, pairs = torch.arange(n, device="cpu"), torch.arange(0, d_head, 2, device="cpu")  # see causal_mask
+    return positions[:, None] * (10000.0 ** (-pairs / d_head))[None]
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -111,7 +113,7 @@ class Attention(HeadProjections):
             angles = rotary_angles(n, dh)
             self.register_buffer("rot_cos", angles.cos(), persistent=False)
             self.register_buffer("rot_sin", angles.sin(), persistent=False)
-        self.register_buffer("causal_mask", torch.ones(n, n).triu(1).bool(), persistent=False)
+        self.register_buffer("causal_mask", causal_mask(n), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [R, B, n, d] (normalised) -> the layer's output [R, B, n, d]."""
