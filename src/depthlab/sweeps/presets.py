@@ -1,8 +1,9 @@
 """Ready studies: one YAML file per reproduced figure (``configs/NAME.yaml``), each with a quick and a paper scale.
 
 A preset holds ``title``, ``reproduces`` (the seed's figure or section), ``scales`` and ``summary``; each scale
-is a list of ``sweeps`` (sweep mappings as in a sweep file) and a ``note`` saying what it shrinks. ``summary``
-names what turns the finished runs into the preset's table and figure: an entry of
+is a list of ``sweeps`` (sweep mappings as in a sweep file), a ``note`` saying what it shrinks, and optionally
+``options``: keyword arguments of the summary at that scale (``seed004-hypotheses``: how many sequences it
+measures). ``summary`` names what turns the finished runs into the preset's table and figure: an entry of
 ``depthlab.report.summaries.RUN_SUMMARIES`` (default ``depth``: the capability table and seed 001 Figure 2).
 
 A scale may instead hold ``studies``: capability studies (``depthlab.sweeps.climb``), each a run mapping
@@ -54,6 +55,11 @@ class Preset:
             return f"{len(self.runs)} runs"
         studies = f"{len(self.studies)} capability stud{'y' if len(self.studies) == 1 else 'ies'}"
         return f"{studies} (at most {sum(map(most_runs, self.studies))} runs)"
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The scale's ``options``: keyword arguments of its summary (e.g. how many sequences a measurement uses)."""
+        return dict(self.raw["scales"][self.scale].get("options") or {})
 
     @property
     def summary(self) -> str:
