@@ -116,7 +116,8 @@ CAPACITY_ROWS = (  # (what a row of panels shows, [(key of CapacityRow.row, labe
 def capacity_figure(groups: dict[str, list[CapacityRow]], hypotheses: dict[str, str], title: str) -> Figure:
     """Seed 004's hypotheses against capacity: a column per knob (its runs from
     ``depthlab.induction.hypotheses.knob_groups``), rows: induction strength, the spreads of A and B power
-    (Hypothesis 1 predicts B's is bigger), bleeding to B's nearest token; the hypotheses quoted below."""
+    (Hypothesis 1 predicts B's is bigger), bleeding to B's nearest token; runs below 0.5 accuracy crossed; the
+    hypotheses quoted below."""
     knobs = list(groups) or ["width"]
     with new_figure(figsize=(2.6 * len(knobs) + 1.8, 7.6)) as fig:
         axes = fig.subplots(len(CAPACITY_ROWS), len(knobs), squeeze=False, sharey="row")
@@ -128,6 +129,10 @@ def capacity_figure(groups: dict[str, list[CapacityRow]], hypotheses: dict[str, 
                 for c, (key, label, style) in enumerate(series):
                     ax.plot(xs, [r.row[key] for r in rows], style, color=f"C{c + 2 * i}", label=label)
                 ax.axhline(0, color="grey", lw=0.6)
+                failed = [r for r in rows if (r.row.get("accuracy") or 0.0) < 0.5]
+                if i == 0 and failed:
+                    ax.plot([r.knob(knob) for r in failed], [r.row["median_strength"] for r in failed], "x",
+                            color="black", ms=9, label="did not learn the task (accuracy < 0.5)")
                 if xs:
                     ax.set_xscale("log", base=2)
                     ax.set_xticks(xs, [str(x) for x in xs])
