@@ -141,3 +141,42 @@ def test_ictm_layer1_template_rows():
             expected = (x[:, None] == x[None, :]).astype(float)
             got = free[b, block * (task.l + 2) : block * (task.l + 2) + task.l].numpy()
             np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("k,hops,n_symbols,shuffle", [
+    (1, 1, 2, True), (1, 3, 4, False), (2, 2, 6, True), (3, 1, 6, True), (2, 3, 8, False),
+])
+@pytest.mark.parametrize("depth", ["paper", "compact"])
+def test_seed001_section7_nested_icqa_exhaustive(k, hops, n_symbols, shuffle, depth):
+    task = make_task("nested_icqa", k=k, hops=hops, n_symbols=n_symbols, shuffle=shuffle)
+    if task.dataset_size() > 30_000:
+        pytest.skip("exhaustive check kept small; the registry's default (80,640 sequences) runs in the CLI test")
+    model = attention_only.nested_icqa_model(task, depth)
+    layers = 2 * hops if depth == "paper" else hops + 1  # §7: 6 layers for 3 hops
+    assert model.layers == layers and model.spec.heads_per_layer == [1] * layers
+    assert check(model, task)["examples"] == task.dataset_size()
+
+
+def test_seed001_section7_nested_icqa_one_hop_fewer_fails():
+    """The pointer really moves one link per match layer: a model cut after hops-1 matches answers the symbol
+    one link short of the end (accuracy 0 on every sequence)."""
+    task = make_task("nested_icqa", k=2, hops=2, n_symbols=6)
+    model = attention_only.nested_icqa_model(task, "compact")  # layers: copy, match, match
+    batch = task.enumerate("all")
+    cut = torch.nn.ModuleList(list(model.blocks)[:2])
+    full = model.blocks
+    model.blocks = cut
+    try:
+        logits = model(torch.as_tensor(batch.inputs)[None]).outputs[0]
+    finally:
+        model.blocks = full
+    predicted = logits.argmax(-1).numpy()
+    first_link = np.argmax(batch.inputs[:, 0:-2:3] == batch.inputs[:, -2:-1], 1)  # the link leaving the query
+    middle = batch.inputs[np.arange(len(batch)), 3 * first_link + 2]
+    assert (predicted == middle).all() and (predicted != batch.targets).all()
+
+
+def test_seed001_section7_nested_icqa_refuses_an_unknown_depth():
+    task = make_task("nested_icqa", k=1, hops=1, n_symbols=2)
+    with pytest.raises(ValueError, match="depth"):
+        attention_only.nested_icqa_model(task, "deep")

@@ -44,6 +44,8 @@ def test_list_table(app):
     ("seed001-icqa", ["--set", "k=2", "--set", "n_q=3", "--set", "n_a=3"]),
     ("seed001-template", ["--set", "l=3", "--set", "n_symbols=4"]),
     ("seed001-ictm", ["--set", "k=2", "--set", "l=2", "--set", "n_symbols=3", "--set", "n_a=2"]),
+    ("seed001-nested-icqa", ["--set", "k=2", "--set", "hops=2", "--set", "n_symbols=6", "--set", "shuffle=true"]),
+    ("seed001-nested-icqa", ["--set", "hops=2", "--set", "n_symbols=6", "--set", "depth=compact"]),
 ])
 def test_construct_json(app, name, sets):
     result = invoke(app, name, *sets, "--json")
@@ -87,6 +89,8 @@ def test_information_flow_json(app):
     (["seed001-icqa", "--set", "k=9"], "k must be at most n_q"),
     (["seed001-one-layer-bound", "--set", "task=ictm"], "task"),
     (["seed001-template", "--set", "l=0"], "l must be at least 1"),
+    (["seed001-nested-icqa", "--set", "depth=deep"], "depth: must be one of paper, compact"),
+    (["seed001-nested-icqa", "--set", "hops=4"], "k*(hops+1) must be at most n_symbols"),
     ([], "construction"),
 ])
 def test_errors_name_the_field(app, args, field):

@@ -80,7 +80,7 @@ def test_random_tiny_model_scores_at_chance(app: typer.Typer, tmp_path: Path) ->
     # candidate (about 1 word in 9 is), so the accepted answers are the model's guesses.
     args = ["llm-bench", "--model", str(model), "--formulation", "equations", "--formulation", "functions",
             "--depth", "1-3", "-n", "10", "--max-tries", "60", "--max-new-tokens", "1", "--device", "cpu",
-            "--seed", "1", "--store", str(store_root), "--json"]  # fmt: skip
+            "--seed", "1", "--store", str(store_root), "--markdown", str(tmp_path / "table.md"), "--json"]  # fmt: skip
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
@@ -97,6 +97,12 @@ def test_random_tiny_model_scores_at_chance(app: typer.Typer, tmp_path: Path) ->
     assert all(r["answer"] in r["acceptable"] and r["replies"][-1].strip() == r["answer"] for r in answered)
     assert len({r["answer"] for r in answered}) > 1  # it guesses, it does not repeat one answer
     assert Path(out["figure"]).is_file()
+    table = (tmp_path / "table.md").read_text().splitlines()
+    assert table[2] == "| formulation | D | n | acc % | 95% CI % | chance % | flagged | tries |"
+    rows = [line.split(" | ") for line in table[4:]]
+    assert [(r[0], r[1]) for r in rows] == [("| equations", d) for d in ("1", "2", "3", "all")] + [("| functions", "—")]
+    first = next(c for c in out["cells"] if c["formulation"] == "equations" and c["depth"] == 1)
+    assert rows[0][3] == f"{100 * first['accuracy']:.1f}"
 
 
 def test_chat_template_batches_and_offline_errors(tmp_path: Path) -> None:

@@ -9,14 +9,16 @@ import pytest
 from depthlab.config import TrainSpec, parse_run
 from depthlab.report.summaries import layers_summary, preset_summary
 from depthlab.store import Store
+from depthlab.sweeps.local import run_local
 from depthlab.sweeps.presets import load_preset
 from depthlab.training.engine import train_group
 
 KEEPS_HISTORY = "keep_checkpoints" in TrainSpec.model_fields
 
 
-@pytest.mark.parametrize("name", ["seed002-layers", "seed002-emergence"])
-@pytest.mark.parametrize("scale", ["quick", "paper"])
+@pytest.mark.parametrize(("name", "scale"), [("seed002-layers", "quick"), ("seed002-layers", "medium"),
+                                           ("seed002-layers", "paper"), ("seed002-emergence", "quick"),
+                                           ("seed002-emergence", "paper")])
 def test_presets_load(name, scale):
     if name == "seed002-emergence" and not KEEPS_HISTORY:
         pytest.skip("needs train.keep_checkpoints in the engine")
@@ -29,6 +31,21 @@ def test_presets_load(name, scale):
         assert {r.task.target for r in preset.runs} == {"ic", "non_ic"}
     else:
         assert all(r.model.heads == 1 and r.train.keep_checkpoints for r in preset.runs)
+
+
+def test_layers_medium_scale_has_the_papers_d_between_quick_and_paper(tmp_path):
+    quick, medium, paper = (load_preset("seed002-layers", s) for s in ("quick", "medium", "paper"))
+    cells = {(r.task.D, r.task.target) for r in medium.runs}
+    assert cells == {(3, "ic"), (3, "non_ic"), (5, "ic")} == {(r.task.D, r.task.target) for r in paper.runs}
+    depths = [max(r.model.layers for r in p.runs) for p in (quick, medium, paper)]
+    seeds = [len({r.seed for r in p.runs}) for p in (quick, medium, paper)]
+    steps = [max(r.train.steps for r in p.runs) for p in (quick, medium, paper)]
+    assert depths == sorted(depths) and seeds == sorted(seeds) and steps == sorted(steps) and steps[1] > steps[0]
+    few = load_preset("seed002-layers", "medium", ["train.steps=2", "train.eval_every=2", "train.eval_examples=64"])
+    runs = [r for r in few.runs if r.model.layers == 1 and r.seed == 0]
+    store = Store(tmp_path / "store")
+    run_local(runs, store)
+    assert all(store.get_run(Store.run_id(r.to_dict()))["status"] == "done" for r in runs)
 
 
 def test_layers_summary_on_tiny_runs(tmp_path):

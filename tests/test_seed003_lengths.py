@@ -5,9 +5,9 @@ import json
 import pytest
 import torch
 
-from depthlab.analysis.lengths import length_rows, state_size
+from depthlab.analysis.lengths import best_per_family, length_rows, state_size
 from depthlab.config import parse_run
-from depthlab.report.summaries import index_lookup_summary, lengths_summary
+from depthlab.report.summaries import RUN_SUMMARIES, index_lookup_summary, lengths_summary
 from depthlab.store import Store
 from depthlab.sweeps.local import run_local
 from depthlab.sweeps.presets import load_preset
@@ -73,9 +73,73 @@ def test_best_learning_rate_is_reported(tmp_path):
     assert len(rows) == 1 and rows[0]["lr"] == 0.01 and rows[0]["lrs_tried"] == [1e-6, 0.01]
 
 
-def test_seed003_presets_load_at_both_scales():
-    for name in ("seed003-index-lookup", "seed003-dyck", "seed003-equality"):
-        for scale in ("quick", "paper"):
+def test_best_configuration_per_family_is_reported(tmp_path):
+    """App. H: several depths and widths of one family at one length give one row, the best, with its config."""
+    store = Store(tmp_path / "store")
+    configs = [config({**FAMILIES[-1], "width": width}, n=2, steps=40) for width in (8, 16)]
+    configs.append(configs[0].model_copy(update={"train": configs[0].train.model_copy(update={"lr": 1e-6})}))
+    run_local(configs, store)
+    ids = [Store.run_id(c.to_dict()) for c in configs]
+    rows = length_rows(store, ids)
+    assert len(rows) == 2  # one per width, each the best of its learning rates
+    (tuned,) = best_per_family(rows)
+    best = max(rows, key=lambda r: r["accuracy"])
+    assert tuned["accuracy"] == best["accuracy"] and tuned["config"]["width"] == best["width"]
+    assert tuned["label"] == "TF (tuned)" and tuned["tried"] == 3 and tuned["runs"] == best["runs"]
+    out, (table,) = RUN_SUMMARIES["lengths-tuned"](store, ids, tmp_path / "tuned.png", "tiny")
+    assert [r["config"] for r in out["rows"]] == [tuned["config"]] and table.row_count == 1
+
+
+SEED003_PRESETS = ("seed003-index-lookup", "seed003-dyck", "seed003-equality")
+
+
+def test_medium_scales_sit_between_quick_and_paper():
+    for name in SEED003_PRESETS:
+        quick, medium, paper = (load_preset(name, s) for s in ("quick", "medium", "paper"))
+        lengths = {s.scale: {r.task.N for r in s.runs} for s in (quick, medium, paper)}
+        assert lengths["quick"] < lengths["medium"] or max(lengths["medium"]) > max(lengths["quick"]), name
+        assert max(lengths["medium"]) < max(lengths["paper"]), name
+        steps = {s.scale: max(r.train.steps for r in s.runs) for s in (quick, medium, paper)}
+        assert steps["quick"] < steps["medium"] < steps["paper"] == 250_000, name
+        assert all(r.train.target_accuracy == 0.99 for r in medium.runs + paper.runs)  # early stop as the seed
+
+
+def test_paper_scales_search_app_h_grid():
+    """App. H: learning rates {1e-2, 5e-3, …, 1e-6} for every model; depths {1, 2, 4, 6} (LSTM {1, 2, 3}) and
+    widths up to 256 for every recurrent model on index lookup, its best configuration reported."""
+    app_h_lrs = {0.01, 0.005, 0.001, 0.0005, 0.0001, 0.00005, 0.000001}
+    for name in SEED003_PRESETS:
+        paper = load_preset(name, "paper")
+        for family in {r.model.name for r in paper.runs}:
+            mine = [r for r in paper.runs if r.model.name == family]
+            assert {r.train.lr for r in mine} == app_h_lrs, (name, family)
+    lookup = load_preset("seed003-index-lookup", "paper")
+    assert lookup.summary == "index-lookup-tuned" and load_preset("seed003-index-lookup", "medium").summary == \
+        "index-lookup"
+    assert {r.task.N for r in lookup.runs} == {20, 50, 100, 200, 400}
+    for family in ("dss", "mamba", "linear_transformer", "retnet", "lstm"):
+        mine = [r for r in lookup.runs if r.model.name == family]
+        depths = {1, 2, 3} if family == "lstm" else {1, 2, 4, 6}
+        assert {r.model.layers for r in mine} == depths and {r.model.width for r in mine} == {64, 128, 256}
+    transformers = [r for r in lookup.runs if r.model.name == "transformer"]
+    assert {(r.model.layers, r.model.width) for r in transformers} == {(1, 64)}
+
+
+@pytest.mark.parametrize("name", SEED003_PRESETS)
+def test_medium_preset_runs_a_few_steps(name, tmp_path):
+    """The first run of every medium sweep, shortened to 3 steps, trains and summarizes."""
+    preset = load_preset(name, "medium", ["train.steps=3", "train.eval_every=3", "task.eval_size=64",
+                                          "train.eval_examples=32"])
+    runs = [min(sweep, key=lambda r: r.task.N) for sweep in preset.sweeps]
+    store = Store(tmp_path / "store")
+    run_local(runs, store)
+    out, _ = RUN_SUMMARIES[preset.summary](store, [Store.run_id(r.to_dict()) for r in runs], tmp_path / "m.png", name)
+    assert len(out["rows"]) == len(runs) and all(r["steps"] == 3 for r in out["rows"])
+
+
+def test_seed003_presets_load_at_every_scale():
+    for name in SEED003_PRESETS:
+        for scale in ("quick", "medium", "paper"):
             preset = load_preset(name, scale)
             assert preset.runs and preset.note
             assert all(state_size(r.model.model_dump(), 10) for r in preset.runs)

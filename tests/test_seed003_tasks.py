@@ -7,7 +7,7 @@ import torch
 from depthlab.errors import UserError
 from depthlab.tasks import TASKS
 from depthlab.tasks.dyck import is_dyck
-from depthlab.training.objectives import per_run_correct
+from depthlab.training.objectives import per_run_correct, per_run_loss
 
 RNG = np.random.default_rng
 
@@ -174,7 +174,8 @@ def ncp_reference(task, row):
 
 def test_eq_ncp_targets_are_the_valid_continuations_of_every_prefix():
     task = TASKS["eq_ncp"](N=12, alphabet=5)
-    assert task.loss == "bce" and task.read_positions == list(range(13)) and task.accuracy_over == "example"
+    assert task.loss == "bce_balanced" and task.read_positions == list(range(13)) and task.accuracy_over == "example"
+    assert TASKS["eq_ncp"](N=12, alphabet=5, weighting="mean").loss == "bce"
     batch = task.sample(500, RNG(8))
     assert batch.targets.shape == (500, 13, 7)
     for row, target in zip(batch.inputs.tolist(), batch.targets, strict=True):
@@ -187,6 +188,28 @@ def test_eq_ncp_targets_are_the_valid_continuations_of_every_prefix():
     assert per_run_correct(logits, y, "bce", "example").item() == 4
     logits[0, 0, -1, 0] *= -1
     assert per_run_correct(logits, y, "bce", "example").item() == 3
+    assert per_run_correct(logits, y, "bce_balanced", "example").item() == 3
+
+
+def test_balanced_bce_weighs_the_one_valid_symbol_as_much_as_all_invalid_ones():
+    task = TASKS["eq_ncp"](N=8, alphabet=1024)
+    y = torch.from_numpy(task.sample(16, RNG(3), "eval").targets)[None].double()
+    # predicting "nothing is valid" everywhere: almost free under the mean, costly when balanced
+    silent = torch.full_like(y, -6.0)
+    assert per_run_loss(silent, y, "bce").item() < 6.0 * 1025 / 1026 + 0.01
+    copying = y[:, :, 5:]  # positions after [sep]: one positive of 1,026
+    assert per_run_loss(silent[:, :, 5:], copying, "bce").item() < 0.01
+    assert per_run_loss(silent[:, :, 5:], copying, "bce_balanced").item() > 2.9
+    # the definition, label set by label set
+    logits = torch.randn(y.shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    each = torch.nn.functional.binary_cross_entropy_with_logits(logits, y, reduction="none")
+    expected = []
+    for lab, t in zip(each.reshape(-1, y.shape[-1]), y.reshape(-1, y.shape[-1]), strict=True):
+        pos, neg = lab[t > 0.5], lab[t < 0.5]
+        sides = [side.mean() for side in (pos, neg) if len(side)]
+        expected.append(sum(sides) / len(sides))
+    actual = per_run_loss(logits, y, "bce_balanced")[0].double()  # the engine computes losses in float32
+    torch.testing.assert_close(actual, torch.stack(expected).mean(), rtol=1e-5, atol=1e-6)
 
 
 # --- nearest neighbour and MQAR -----------------------------------------------------------------------------

@@ -99,6 +99,7 @@ def length_rows(store: Store, run_ids: list[str]) -> list[dict[str, Any]]:
             "label": model_label(model),
             "layers": model.get("layers"),
             "width": model.get("width"),
+            "heads": model.get("heads"),
             "length": length,
             "accuracy": accuracy,
             "accuracy_sd": float(np.std(accs, ddof=1)) if len(accs) > 1 else (0.0 if accs else None),
@@ -117,12 +118,41 @@ def length_rows(store: Store, run_ids: list[str]) -> list[dict[str, Any]]:
     return rows
 
 
+def best_per_family(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Seed 003 App. H's report of a hyperparameter search: "we tune the models across several hyperparameters and
+    report the results based on the best-performing model". Per (task variant, model family, length) the row of
+    :func:`length_rows` with the best accuracy over every depth, width and head count tried (each row already
+    the best of its learning rates); its label is the family's (``Mamba (tuned)``), and it carries the winning
+    ``config`` (layers, width, heads, lr) and how many configurations were ``tried``."""
+    groups: dict[tuple[str, str, int | None], list[dict[str, Any]]] = {}
+    for row in rows:
+        key = (json.dumps(row["task_config"], sort_keys=True), row["model"], row["length"])
+        groups.setdefault(key, []).append(row)
+    out = []
+    for mine in groups.values():
+        best = max(mine, key=lambda r: -1.0 if r["accuracy"] is None else r["accuracy"])
+        config = {"layers": best["layers"], "width": best["width"], "heads": best.get("heads"), "lr": best["lr"]}
+        tried = sum(len(r["lrs_tried"]) for r in mine)
+        out.append({**best, "label": f"{SHORT.get(best['model'], best['model'])} (tuned)", "config": config,
+                    "tried": tried})
+    return out
+
+
 def _fmt_state(row: dict[str, Any]) -> str:
     size = row["state_size"]
     if size is None:
         return "—"
     text = f"{size:,}"
     return f"{text} (KV at N={row['length']})" if row["model"] in ("transformer", "attention_only") else text
+
+
+def _fmt_cell(row: dict[str, Any]) -> str:
+    """Accuracy; a tuned row adds its winning configuration: ``0.987 (2×256, lr 1e-3)``."""
+    text = f"{row['accuracy']:.3f}"
+    if "config" not in row:
+        return text
+    config = row["config"]
+    return f"{text} ({config['layers']}×{config['width']}, lr {config['lr']:.0e})"
 
 
 def length_table(rows: list[dict[str, Any]], title: str) -> Table:
@@ -137,7 +167,7 @@ def length_table(rows: list[dict[str, Any]], title: str) -> Table:
             cells = []
             for n in lengths:
                 row = mine.get(n)
-                cells.append("" if row is None else "—" if row["accuracy"] is None else f"{row['accuracy']:.3f}")
+                cells.append("" if row is None else "—" if row["accuracy"] is None else _fmt_cell(row))
             last = mine[max(mine)] if mine else None
             state = "" if last is None else _fmt_state(last)
             chances = [r["chance"] for r in mine.values() if r["chance"] is not None]
@@ -176,4 +206,5 @@ def lengths_json(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The preset's JSON rows: :func:`length_rows` without the task config and the learning rates tried."""
     keys = ("task", "model", "label", "layers", "width", "length", "accuracy", "accuracy_sd", "seeds", "lr",
             "state_size", "chance", "steps", "seconds", "eval_examples", "eval_protocol", "runs", "failed")
-    return [{k: r[k] for k in keys} for r in rows]
+    optional = ("config", "tried")  # tuned rows (best_per_family)
+    return [{**{k: r[k] for k in keys}, **{k: r[k] for k in optional if k in r}} for r in rows]

@@ -128,7 +128,7 @@ def _prediction(task: Task, output: torch.Tensor) -> str:
     """The model's answer for one example (output [C] or [P, C]) in the task's labels."""
     if task.loss == "mse":
         return " ".join(f"{v:.3g}" for v in output.reshape(-1).tolist())
-    if task.loss == "bce":
+    if task.loss.startswith("bce"):
         rows = output.reshape(-1, output.shape[-1])
         return " | ".join(",".join(task.labels[j] for j in (row > 0).nonzero().flatten().tolist()) or "∅"
                           for row in rows)

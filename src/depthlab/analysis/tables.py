@@ -41,3 +41,13 @@ class Table:
     @property
     def row_count(self) -> int:
         return len(self.rows)
+
+    def markdown(self) -> str:
+        """The table as GitHub Markdown: the title in bold above it, the caption below."""
+        align = {"left": ":--", "center": ":-:", "right": "--:"}
+        cell = lambda text: str(text).replace("|", "\\|").replace("\n", " ")  # noqa: E731
+        lines = [f"**{cell(self.title)}**", ""] if self.title else []
+        lines += ["| " + " | ".join(cell(c.header) for c in self.columns) + " |",
+                  "|" + "|".join(align[c.justify] for c in self.columns) + "|"]
+        lines += ["| " + " | ".join(cell(x) for x in row) + " |" for row in self.rows]
+        return "\n".join(lines + (["", cell(self.caption)] if self.caption else [])) + "\n"

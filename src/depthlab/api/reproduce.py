@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..store import record_reproduction
 from .training import open_store, train_configs
 
 if TYPE_CHECKING:
@@ -46,15 +47,45 @@ def run_preset(preset: Preset, store: Store, out: Path | None, train: Train,
     started = time.perf_counter()
     figure = (out or store.root / "figures") / f"{preset.name}-{preset.scale}.png"
     if preset.studies:
+        run_ids: list[str] = []  # a study's runs are found by climbing; its cells do not keep their ids
         summary, tables = summarize(climb_studies(preset.studies, store, train, preset.name), figure, preset.title,
                                     vector=vector, **preset.options)
     else:
         train(preset.runs, preset.name)
-        ids = [store.run_id(run.to_dict()) for run in preset.runs]
-        summary, tables = summarize(store, ids, figure, preset.title, vector=vector, **preset.options)
+        run_ids = [store.run_id(run.to_dict()) for run in preset.runs]
+        summary, tables = summarize(store, run_ids, figure, preset.title, vector=vector, **preset.options)
     result = {"preset": preset.name, "scale": preset.scale, **summary,
               "seconds": round(time.perf_counter() - started, 1), "threads": torch.get_num_threads()}
+    record_reproduction(store.root, manifest(preset, result, run_ids))
     return result, tables
+
+
+def figure_files(obj: Any) -> list[str]:
+    """Every PNG path a summary's JSON names (``figure``, ``curves_figure``, ``figures``, per-run ``figure``),
+    in order, once each."""
+    found: list[str] = []
+    if isinstance(obj, dict):
+        for value in obj.values():
+            found += figure_files(value)
+    elif isinstance(obj, list):
+        for value in obj:
+            found += figure_files(value)
+    elif isinstance(obj, str) and obj.endswith(".png"):
+        found.append(obj)
+    return list(dict.fromkeys(found))
+
+
+def manifest(preset: Preset, result: dict[str, Any], run_ids: list[str]) -> dict[str, Any]:
+    """What the store keeps of a reproduction (``depthlab.store.reproduced``): the preset, its seed figures, the
+    figure files it drew, its runs, the overrides it ran with and when it finished."""
+    import datetime as dt
+
+    command = f"depthlab reproduce {preset.name} --scale {preset.scale}"
+    command += "".join(f" --set {o}" for o in preset.overrides)
+    return {"preset": preset.name, "scale": preset.scale, "title": preset.title, "reproduces": preset.reproduces,
+            "figures": preset.figures, "note": preset.note, "overrides": preset.overrides, "command": command,
+            "files": figure_files({k: v for k, v in result.items() if "figure" in k}), "run_ids": run_ids,
+            "seconds": result["seconds"], "finished": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
 
 
 def reproduce(name: str, scale: str = "quick", *, store: str | Path | Store | None = None,

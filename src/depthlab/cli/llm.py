@@ -85,6 +85,8 @@ def llm_bench(
         Path | None, typer.Option("--store", help="store folder (default: $DEPTHLAB_STORE or ./depthlab-runs)")
     ] = None,
     out: Annotated[Path | None, typer.Option("--out", help="figure file (default: in the run's artifacts)")] = None,
+    markdown: Annotated[Path | None, typer.Option("--markdown", help="also write the table to this Markdown file")]
+    = None,
     format_: FormatOpt = "png",
     json_out: JsonOpt = False,
 ) -> None:
@@ -143,7 +145,11 @@ def llm_bench(
     finally:
         runner.close()
         the_store.close()
-    save(accuracy_figure(result, title=result["model"]), result["figure"], vector)
+    name = Path(result["model"]).name if model else result["model"]  # a local model by its folder's name
+    save(accuracy_figure(result, title=name), result["figure"], vector)
+    if markdown is not None:
+        markdown.parent.mkdir(parents=True, exist_ok=True)
+        markdown.write_text(bench_table(result).markdown(), encoding="utf-8")
     if json_out:
         emit(result)
         return
@@ -154,7 +160,8 @@ def _pct(x: float | None) -> str:
     return "—" if x is None else f"{100 * x:.1f}"
 
 
-def _show(result: dict[str, Any]) -> None:
+def bench_table(result: dict[str, Any]) -> Table:
+    """Accuracy per formulation and D (and per formulation over its depths), with the 95 % interval and chance."""
     table = Table.of("formulation", "D", "n", "acc %", "95% CI %", "chance %", "flagged", "tries",
                      title=f"{result['model']}: seed 002 retrieval benchmark", title_justify="center")
     rows = [(c, "—" if c["depth"] is None else str(c["depth"])) for c in result["cells"]]
@@ -173,7 +180,11 @@ def _show(result: dict[str, Any]) -> None:
             str(row["flagged"]),
             "—" if row["mean_tries"] is None else f"{row['mean_tries']:.2f}",
         )
-    show(table)
+    return table
+
+
+def _show(result: dict[str, Any]) -> None:
+    show(bench_table(result))
     out = Console()
     out.print(f"run {result['run_id']} in {result['store']} ({result['asked']} asked now, {result['resumed']} resumed)")
     if result["overall"]["failed"]:

@@ -35,16 +35,27 @@ CAPABILITY_RECIPE = "seed001-depth"  # the capability command trains with this p
 
 
 @app.command()
-def reproduce(name: Annotated[str, typer.Argument(help="preset name, e.g. seed001-depth")],
-              scale: Annotated[str, typer.Option(help="quick (minutes on a laptop) or paper (seed sizes)")] = "quick",
+def reproduce(name: Annotated[str | None, typer.Argument(help="preset name, e.g. seed001-depth (see --list)")] = None,
+              list_: Annotated[bool, typer.Option("--list", help="list every preset: the seed figures it draws and "
+                                                                 "the size of its scales")] = False,
+              scale: Annotated[str, typer.Option(help="quick (minutes on a laptop), medium (about an hour on a "
+                                                       "2-core CPU, where a preset has it) or paper (seed sizes)")]
+              = "quick",
               set_: SetOpt = None, store: StoreOpt = None,
               out: Annotated[Path | None, typer.Option(help="folder for figures (default: <store>/figures)")] = None,
               format_: FormatOpt = "png", device: DeviceOpt = None,
               group_size: GroupSizeOpt = None,
               json_out: JsonOpt = False) -> None:
-    """Re-run a seed's study from its preset and print its table; writes its figure."""
+    """Re-run a seed's study from its preset and print its table; writes its figure. --list: every preset."""
     from ..api.reproduce import run_preset
     from ..sweeps.presets import load_preset
+
+    if list_:
+        _list_presets(json_out)
+        return
+    if name is None:
+        raise UserError("NAME: name a preset, e.g. depthlab reproduce seed001-depth (depthlab reproduce --list "
+                        "lists them)")
 
     vector = vector_format(format_)
     preset = load_preset(name, scale, with_device(set_, device))
@@ -60,6 +71,23 @@ def reproduce(name: Annotated[str, typer.Argument(help="preset name, e.g. seed00
         return
     show(*tables)
     console.print(f"figure: {result.get('figure')}\nstore: {db.root}  ({result['seconds']:.0f} s)")
+
+
+def _list_presets(json_out: bool) -> None:
+    """Every preset file, its seed figures and its scales' sizes (a new file in presets/ appears here as it is)."""
+    from ..analysis.tables import Table
+    from ..sweeps.presets import preset_info, preset_names
+
+    presets = [preset_info(name) for name in preset_names()]
+    if json_out:
+        emit({"presets": presets})
+        return
+    table = Table.of("preset", "draws", "scales", title="presets: depthlab reproduce NAME --scale SCALE",
+                     title_justify="center")
+    for p in presets:
+        table.add_row(p["name"], "\n".join(p["figures"]) or p["reproduces"],
+                      "\n".join(f"{scale}: {s['size']}" for scale, s in p["scales"].items()))
+    show(table)
 
 
 def _climb(studies, db, group_size: int | None, quiet: bool, label: str, executor: str = "local",

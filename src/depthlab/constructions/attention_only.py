@@ -21,6 +21,7 @@ from ..models.init import (
     FirstLayer,
     blank_model,
     block_parse_layer,
+    constrained_attention,
     copy_layer,
     instructive_attention,
     token_match,
@@ -241,4 +242,76 @@ def ictm_model(task: Task):
         _put(model, 2, head, w, w_v3)
     with torch.no_grad():
         model.param("unembed.W_U")[0, answers, answers] = 1.0
+    return model
+
+
+NESTED_DEPTHS = ("paper", "compact")
+
+
+def nested_icqa_model(task: Task, depth: str = "paper"):
+    """Seed 001 §7: nested in-context QA by copy–matching once per hop; ``depth`` "paper" gives §7's 2·hops layers.
+
+    §7: "a sequence like 'a → b b → c c → d a → _d', where we can design a transformer with 6 layers that performs
+    'copy-matching' 3 times". ``task`` is a ``nested_icqa`` task: K = k·hops links (x r y) at positions 3j, 3j+1,
+    3j+2, then the query symbol (n-2) and r (n-1); symbols and the sign share the token block [0, d). One head
+    per layer. Free coordinates hold S-dimensional symbol slots (S = n_symbols): a pointer slot PTR and, per hop t,
+    a destination slot DST_t.
+
+    Copy (hop t's first layer, §13.2's instructive attention, Lemma 1): the source position 3j of every link
+    attends to its destination 3j+2 and W_V writes that token into DST_t, so the source holds x_j in its token
+    and y_j in DST_t; hop 1's copy also makes the last position attend to the query symbol, which lands in its
+    DST_1 (the pointer of the first hop).
+
+    Match (hop t's second layer, §13.2's induction head): W_QK scores a key by [pointer of the last position =
+    key's token] (the pointer is read from DST_1 in hop 1, from PTR after); Lemma 2's mask keeps only the last
+    position as a query and only the K source positions as keys (a chain's inner symbol is also the destination of
+    the link before it, and the query symbol equals the first source). Exactly one key scores 1 (all symbols are
+    distinct). W_V maps DST_t to PTR and the token to minus the pointer's slot, so the last position's pointer
+    p = x_j becomes y_j: after hop t it is the symbol t links down the chain. The classifier reads PTR: logit 1
+    for the answer, 0 for every other token (margin 1).
+
+    ``depth="compact"`` copies once and matches ``hops`` times (hops + 1 layers, one DST slot): the copied
+    destinations never change, so one copy serves every hop. §7 does not claim 2·hops is the least depth; this
+    variant shows it is not (the trained minimum depth is in the ``seed001-nested`` preset). Reading of §7: the
+    seed gives no weights; the two roles a symbol can have (source, destination) are kept apart by writing the
+    destination into its own slot, as §15 keeps templates apart in free coordinates.
+    """
+    if depth not in NESTED_DEPTHS:
+        raise ValueError(f"depth: must be one of {', '.join(NESTED_DEPTHS)} (got {depth!r})")
+    d, n, s, hops, links = len(task.vocab), task.seq_len, task.n_symbols, task.hops, task.n_links
+    copies = hops if depth == "paper" else 1
+    free = d + n
+    ptr = free + torch.arange(s)
+
+    def dst(t: int) -> torch.Tensor:  # hop t's destination slot (t = 1 … hops)
+        return free + s * min(t, copies) + torch.arange(s)
+
+    width = free + s * (copies + 1)
+    layers = [2] * copies + [1] * (hops - copies)  # each hop: copy then match, or match alone
+    model = _blank_model(task, [1] * sum(layers), width)
+    sources, symbols = 3 * np.arange(links), torch.arange(s)
+    layer = 0
+    for t in range(1, hops + 1):
+        if t <= copies:
+            alpha = np.zeros((n, n))  # key i, query j
+            alpha[sources + 2, sources] = 1.0
+            if t == 1:
+                alpha[n - 2, n - 1] = 1.0
+            w_v = torch.zeros(width, width)
+            w_v[symbols, dst(t)] = 1.0
+            _put(model, layer, 0, instructive_attention(alpha, d, width), w_v)
+            layer += 1
+        pointer = dst(1) if t == 1 else ptr
+        w_qk = torch.zeros(width, width)
+        w_qk[pointer, symbols] = 1.0  # query's pointer slot against the key's token
+        allowed = np.zeros((n, n), dtype=bool)  # key i, query j
+        allowed[sources, n - 1] = True
+        w_qk = constrained_attention(w_qk, allowed, d)
+        w_v = torch.zeros(width, width)
+        w_v[dst(t), ptr] = 1.0
+        w_v[symbols, pointer] = -1.0
+        _put(model, layer, 0, w_qk, w_v)
+        layer += 1
+    with torch.no_grad():
+        model.param("unembed.W_U")[0, ptr, symbols] = 1.0
     return model

@@ -143,6 +143,16 @@ def _ictm(p: dict[str, Any]) -> dict[str, Any]:
     return _model_result("seed001-ictm", p, task, ictm_model)
 
 
+@construction("seed001-nested-icqa", "§7 (nested in-context QA)", "seed 001 §7, §10, §13.2",
+              "copy–matching once per hop: 2·hops layers of 1 head (§7: 6 layers for 3 hops); depth=compact: hops+1",
+              {"k": 2, "hops": 3, "n_symbols": 8, "shuffle": False, "depth": "paper", "examples": 20_000, "seed": 0})
+def _nested_icqa(p: dict[str, Any]) -> dict[str, Any]:
+    from .attention_only import nested_icqa_model
+
+    task = make_task("nested_icqa", k=p["k"], hops=p["hops"], n_symbols=p["n_symbols"], shuffle=p["shuffle"])
+    return _model_result("seed001-nested-icqa", p, task, lambda t: nested_icqa_model(t, p["depth"]))
+
+
 @construction("seed001-one-layer-bound", "Theorems 2 and 4 (Propositions 8 and 10)",
               "seed 001 §11, §13.1, §14.1, §16",
               "dependent sequences force o0 + o1 = o2 + o3 on every 1-layer model: accuracy ≤ 3/4 on the set",

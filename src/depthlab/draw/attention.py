@@ -79,3 +79,42 @@ def attention_figure(examples: Sequence[dict[str, Any]], title: str | None = Non
         if title:
             fig.suptitle(literal(title), fontsize=10)
     return fig
+
+
+def comparison_figure(sources: Sequence[tuple[str, Sequence[dict[str, Any]]]], title: str) -> Figure:
+    """Seed 001 Figure 3 beside the construction: a row per example, a panel per source and layer.
+
+    ``sources`` is a list of (label, maps), ``maps`` one dict per example as ``attention_maps`` returns them (the
+    same examples in every source, e.g. trained runs then the constructed model). Each panel is a layer's
+    attention summed over its heads, queries down and keys across labelled with the tokens, coloured from 0 to
+    its own maximum (written in its title: ReLU attention is not normalised).
+    """
+    if not sources or not sources[0][1]:
+        raise ValueError("comparison_figure: nothing to draw")
+    examples = sources[0][1]
+    panels = [(label, layer) for label, maps in sources for layer in range(len(maps[0]["layers"]))]
+    n = max(len(ex["tokens"]) for ex in examples)
+    side = min(max(0.2 * n + 0.8, 1.9), 4.0)
+    font = 8 if n <= 20 else 5
+    with new_figure(figsize=(side * len(panels) + 0.4, (side + 0.7) * len(examples) + 0.4)) as fig:
+        blocks = fig.subfigures(len(examples), 1, squeeze=False)[:, 0]
+        for i, sub in enumerate(blocks):
+            tokens = [literal(t) for t in examples[i]["tokens"]]
+            axes = sub.subplots(1, len(panels), squeeze=False)[0]
+            for ax, (label, layer) in zip(axes, panels, strict=True):
+                maps = dict(sources)[label]
+                m = np.asarray(maps[i]["layers"][layer], dtype=float).sum(0)
+                ax.imshow(m, cmap="Blues", vmin=0.0, vmax=float(m.max()) if m.max() > 0 else 1.0,
+                          interpolation="nearest")
+                ax.set_xticks(range(len(tokens)), tokens, fontsize=font)
+                ax.set_yticks(range(len(tokens)), tokens, fontsize=font)
+                ax.tick_params(length=0)
+                answer = f", answers {maps[i]['prediction']}" if layer == len(maps[i]["layers"]) - 1 else ""
+                ax.set_title(f"{literal(label)}\nlayer {layer} (max {m.max():.3g}{literal(answer)})", fontsize=8)
+                if i == len(examples) - 1:
+                    ax.set_xlabel("key")
+            axes[0].set_ylabel("query")
+            sub.suptitle(literal(examples[i].get("text") or " ".join(examples[i]["tokens"])), fontsize=9, x=0.02,
+                         ha="left")
+        fig.suptitle(literal(title), fontsize=10)
+    return fig

@@ -1,5 +1,14 @@
 """Seed 002 Figure 2: a language model's accuracy on the retrieval questions; from ``depthlab.llm.bench``'s
-summary."""
+summary.
+
+The seed's Figure 2 has two panels, and §4 says what they hold: "I test the large language models on 500 randomly
+generated questions for each formulation. The results are presented in Figure 2. For the equations formulation,
+I also measure the accuracy for different difficulty levels D". Read so: left, the accuracy of each of the five
+formulations (equations and lives-with at D = 5, the seed's setting, or the deepest D asked when 5 was not;
+kingdoms at its fixed 5); right, accuracy against D for every formulation asked at several depths (equations, as
+the seed; lives-with too when asked). Dashed lines: the accuracy of random guessing (the seed's caption). The seed
+draws a series per LLM; a bench run is one model, so the series here are the formulations, one colour each.
+"""
 
 from __future__ import annotations
 
@@ -7,53 +16,63 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from ..llm.prompts import CONDITIONAL, FORMULATIONS
+from ..llm.prompts import FORMULATIONS
 from .style import figure_legend, literal, new_figure
+
+SEED_DEPTH = 5  # the D of the seed's per-formulation comparison
+
+
+def _err(rows: list[dict[str, Any]]) -> list[list[float]]:
+    return [[c["accuracy"] - c["ci_low"] for c in rows], [c["ci_high"] - c["accuracy"] for c in rows]]
+
+
+def per_formulation(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One cell per formulation, in the seed's order: D = 5 where asked, else the deepest D asked."""
+    out = []
+    for f in FORMULATIONS:
+        mine = [c for c in cells if c["formulation"] == f]
+        if mine:
+            out.append(next((c for c in mine if c["depth"] == SEED_DEPTH),
+                            max(mine, key=lambda c: c["depth"] or 0)))
+    return out
 
 
 def accuracy_figure(summary: dict[str, Any], title: str | None = None) -> Figure:
-    """Accuracy against D per retrieval formulation (left), the conditional-retrieval formulations as bars
-    (right); 95 % intervals as error bars, chance dashed; one legend at the right."""
+    """Seed 002 Figure 2: each formulation's accuracy as bars (left) and accuracy against D (right, formulations
+    asked at several depths); 95 % intervals as error bars, chance dashed; one legend at the right."""
     cells = [c for c in summary["cells"] if c["n"]]
-    chained = [c for c in cells if c["formulation"] not in CONDITIONAL]
-    conditional = [c for c in cells if c["formulation"] in CONDITIONAL]
-    panels = [p for p in (chained, conditional) if p] or [chained]
-    widths = [3.0 if p is chained else 1.2 + 0.6 * len(p) for p in panels]
-    with new_figure(figsize=(2.2 + sum(widths), 3.0)) as fig:
-        axes = fig.subplots(1, len(panels), squeeze=False, width_ratios=widths)[0]
-        colors = {f: f"C{i}" for i, f in enumerate(FORMULATIONS)}
-        for ax, panel in zip(axes, panels, strict=True):
-            if panel is chained:
-                for f in dict.fromkeys(c["formulation"] for c in panel):
-                    rows = sorted((c for c in panel if c["formulation"] == f), key=lambda c: c["depth"])
-                    xs = [c["depth"] for c in rows]
-                    ys = [c["accuracy"] for c in rows]
-                    err = [[y - c["ci_low"] for y, c in zip(ys, rows, strict=True)],
-                           [c["ci_high"] - y for y, c in zip(ys, rows, strict=True)]]  # fmt: skip
-                    ax.errorbar(xs, ys, yerr=err, marker="o", ms=4, lw=1.2, capsize=2, color=colors[f],
-                                label=literal(f))
-                    chance = sum(c["chance"] * c["n"] for c in rows) / sum(c["n"] for c in rows)
-                    lo, hi = min(xs), max(xs)
-                    ax.plot([lo - 0.3, hi + 0.3], [chance, chance], ls="--", lw=0.9, color=colors[f], alpha=0.8)
-                ax.set_xlabel("D (depth)")
-                ax.set_ylabel("accuracy")
-                ax.set_title("retrieval")
-                depths = sorted({c["depth"] for c in panel})
-                ax.set_xticks(depths)
-            else:
-                names = [c["formulation"] for c in panel]
-                xs = list(range(len(panel)))
-                ys = [c["accuracy"] for c in panel]
-                err = [[y - c["ci_low"] for y, c in zip(ys, panel, strict=True)],
-                       [c["ci_high"] - y for y, c in zip(ys, panel, strict=True)]]  # fmt: skip
-                ax.bar(xs, ys, yerr=err, capsize=3, color=[colors[f] for f in names], width=0.6,
-                       label=[literal(f) for f in names])
-                for x, c in zip(xs, panel, strict=True):
-                    ax.plot([x - 0.4, x + 0.4], [c["chance"]] * 2, ls="--", lw=0.9, color="black")
-                ax.set_xticks(xs, [literal(f) for f in names])
-                ax.set_title("conditional retrieval")
+    bars = per_formulation(cells)
+    over_d = [f for f in FORMULATIONS if len({c["depth"] for c in cells if c["formulation"] == f}) > 1]
+    colors = {f: f"C{i}" for i, f in enumerate(FORMULATIONS)}
+    widths = [1.4 + 0.55 * len(bars)] + ([3.2] if over_d else [])
+    with new_figure(figsize=(2.4 + sum(widths), 3.2)) as fig:
+        axes = fig.subplots(1, len(widths), squeeze=False, width_ratios=widths)[0]
+        ax = axes[0]
+        xs = list(range(len(bars)))
+        ax.bar(xs, [c["accuracy"] for c in bars], yerr=_err(bars), capsize=3, width=0.65,
+               color=[colors[c["formulation"]] for c in bars])
+        for x, c in zip(xs, bars, strict=True):
+            ax.plot([x - 0.42, x + 0.42], [c["chance"]] * 2, ls="--", lw=1.0, color="black")
+        ax.set_xticks(xs, [literal(c["formulation"] + ("" if c["depth"] is None else f"\nD={c['depth']}"))
+                           for c in bars], fontsize=8)
+        ax.set_ylabel("accuracy")
+        ax.set_title("each formulation")
+        if over_d:
+            ax = axes[1]
+            for f in over_d:
+                rows = sorted((c for c in cells if c["formulation"] == f), key=lambda c: c["depth"])
+                ds = [c["depth"] for c in rows]
+                ax.errorbar(ds, [c["accuracy"] for c in rows], yerr=_err(rows), marker="o", ms=4, lw=1.3,
+                            capsize=2, color=colors[f], label=literal(f))
+                chance = sum(c["chance"] * c["n"] for c in rows) / sum(c["n"] for c in rows)
+                ax.plot([min(ds) - 0.3, max(ds) + 0.3], [chance, chance], ls="--", lw=1.0, color=colors[f])
+            ax.set_xticks(sorted({c["depth"] for c in cells if c["formulation"] in over_d}))
+            ax.set_xlabel("D (statements per chain)")
+            ax.set_title("accuracy against D")
+        for ax in axes:
             ax.set_ylim(0, 1.02)
-        figure_legend(fig, axes, title="dashed: chance")
-        if title:
-            fig.suptitle(literal(title), fontsize=9)
+        ax = axes[-1]
+        ax.plot([], [], ls="--", lw=1.0, color="black", label="random guessing")
+        figure_legend(fig, [ax])
+        fig.suptitle(literal(f"seed 002 Figure 2: {title}" if title else "seed 002 Figure 2"), fontsize=9)
     return fig

@@ -60,6 +60,18 @@ table.runs tr:hover td { background: var(--soft); }
 .run-body { display: flex; flex-wrap: wrap; gap: 4px 14px; align-items: flex-start; }
 .attn-slot, .attention-block { display: inline-block; vertical-align: top; }
 .grid-note { font-size: 12px; color: var(--muted); margin: 0 0 4px; }
+.seed-nav { position: static; padding: 4px 0; border: 0; gap: 12px; font-size: 13px; }
+.gallery-item { border: 1px solid var(--line); border-radius: 8px; padding: 8px 16px 12px; margin: 14px 0; }
+.gallery-item h3 { margin: 4px 0 8px; font-size: 15px; }
+.gallery-body { display: flex; gap: 18px; align-items: flex-start; flex-wrap: wrap; }
+.gallery-figs { flex: 3 1 560px; min-width: 0; }
+.gallery-text { flex: 1 1 300px; }
+figure.gallery-png { margin: 0 0 10px; }
+figure.gallery-png img { max-width: 100%; height: auto; display: block; border: 1px solid #eaeef2; }
+blockquote.seed-caption { margin: 4px 0 10px; padding: 4px 12px; border-left: 3px solid var(--accent);
+                          background: var(--soft); font-size: 13px; }
+.warn { color: #9a6700; }
+ul.todo { margin: 2px 0 8px; font-size: 13px; }
 """
 
 JS = r"""

@@ -22,8 +22,9 @@ by adding one file there::
 A section escapes every text it writes (``depthlab.draw.svg.esc``; ``depthlab.draw.svg`` also draws heat
 maps and line charts), may put data for the page's script in ``ctx.data`` and inert HTML in
 ``ctx.add_template``, shares work through ``ctx.cached`` and ``ctx.metrics``, and calls ``ctx.tick(what)`` per
-run it works through (the progress bar). Built-in orders: capability 10, training curves 20, attention 30,
-runs 90; an analysis section fits between 30 and 90.
+run it works through (the progress bar). Built-in orders: the gallery's seed pages 1-1.3 (``sections/gallery``:
+every figure ``depthlab reproduce`` drew into the store beside the seed's caption), capability 10, training curves
+20, attention 30, runs 90; an analysis section fits between 30 and 90.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from typing import Any
 
 from ..draw.svg import esc
 from ..errors import UserError
-from ..store import Store, atomic_write_bytes, to_json
+from ..store import Store, atomic_write_bytes, reproductions, to_json
 from .assets import CSS, JS
 
 Progress = Callable[[str, int, int], None]  # (what is being done, units done, units in all)
@@ -200,7 +201,9 @@ def build_report(store: Store, out: str | Path, runs: str | None = None, example
     if not selected:
         if runs:
             raise UserError(f"--runs: no run in {store.root} matches {runs!r} (see `depthlab runs`)")
-        raise UserError(f"--store: {store.root} has no runs yet; train some with `depthlab sweep` first")
+        if not reproductions(store.root):  # a preset without runs (seed003-widths) still has its figures
+            raise UserError(f"--store: {store.root} has no runs yet; train some with `depthlab sweep` or "
+                            "`depthlab reproduce` first")
     sections = load_sections()
     ctx = ReportContext(store, selected, examples=examples, filter=runs)
     total = len(selected) + len(sections)  # the attention section works through every run once

@@ -13,17 +13,20 @@ settled. ``figure`` is the path of the preset's main figure; other figures go ne
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from ..analysis import capability, circuits, emergence, layers, lengths
+from ..analysis import capability, circuits, construction_maps, emergence, heads, layers, lengths
 from ..analysis.tables import Column, Table
 from ..constructions import information_flow, log_width
 from ..draw import save
+from ..draw.attention import comparison_figure
 from ..draw.capability import min_depth_figure
 from ..draw.circuit import circuits_figure
 from ..draw.depth import depth_figure
 from ..draw.emergence import emergence_figure
+from ..draw.heads import heads_figure
 from ..draw.induction import bleeding_figure, capacity_figure, strength_figure, write_figures
 from ..draw.information_flow import information_flow_figure
 from ..draw.layers import layers_figure
@@ -74,11 +77,14 @@ def emergence_summary(store: Store, run_ids: list[str], figure: Path, title: str
 
 
 def lengths_summary(store: Store, run_ids: list[str], figure: Path, title: str, vector: str | None = None,
-                    curve_length: int | None = None) -> Summary:
+                    curve_length: int | None = None, tuned: bool = False) -> Summary:
     """Seed 003's length table: JSON rows, the model × length table, the heat map, and each task's validation
     curves at one length (``FIGURE-curves.png``; ``curve_length`` where every model of the task ran at it, else the
-    longest such length)."""
+    longest such length). ``tuned``: a hyperparameter search (App. H): one row per model family and length, its
+    best configuration (``depthlab.analysis.lengths.best_per_family``)."""
     rows = lengths.length_rows(store, run_ids)
+    if tuned:
+        rows = lengths.best_per_family(rows)
     figure = Path(figure)
     heat = save(heatmap_figure(rows, title), figure, vector)
     chosen = lengths.choose_curve_lengths(rows, curve_length)
@@ -184,6 +190,35 @@ def induction_summary(store: Store, run_ids: list[str], figure: Path, title: str
     return out, [runs_table(rows, title), *[t for m in measured for t in summary_tables(m.result)]]
 
 
+def heads_summary(store: Store, run_ids: list[str], figure: Path, title: str, vector: str | None = None) -> Summary:
+    """Seed 001 Figures 4-7: rows per (task, head list) with final accuracy and speed, the table, the figure."""
+    rows = heads.head_rows(store, run_ids)
+    path = save(heads_figure(rows, f"seed 001 Figures 4-7 (§9.2-§9.3): {title}"), figure, vector)
+    return {"rows": heads.heads_json(rows), "figure": str(path)}, [heads.heads_table(rows, title)]
+
+
+def attention_summary(store: Store, run_ids: list[str], figure: Path, title: str,
+                      vector: str | None = None) -> Summary:
+    """Seed 001 Figure 3 (§6.2): each trained configuration's attention maps on the figure's sequences next to the
+    construction's, and each layer's share of attention on the constructed pattern (a row per run and layer)."""
+    compared = construction_maps.compare_runs(store, run_ids)
+    sources = [(r["label"], r["maps"]) for r in compared["runs"]]
+    sources.append((f"constructed ({compared['construction']['layers']} layers, hand-set)",
+                    compared["construction"]["maps"]))
+    path = save(comparison_figure(sources, f"seed 001 Figure 3 (§6.2): {title}"), figure, vector)
+    table = Table.of("run", "accuracy", "layer", "share on construction", "last row", title=title,
+                     caption=f"share: fraction of a layer's attention where the construction attends, mean over "
+                             f"{construction_maps.MEASURED} evaluation examples")
+    rows = []
+    for run in compared["runs"]:
+        for share in run["shares"]:
+            rows.append({"run": run["id"], "label": run["label"], "accuracy": run["accuracy"], **share})
+            acc = "—" if run["accuracy"] is None else f"{run['accuracy']:.3f}"
+            table.add_row(run["label"], acc, str(share["layer"]), f"{share['share']:.2f}",
+                          f"{share['share_last_row']:.2f}")
+    return {"rows": rows, "examples": compared["examples"], "figure": str(path)}, [table]
+
+
 def min_depth_summary(cells: list[CellResult], figure: Path, title: str, vector: str | None = None,
                       expected_label: str = "seed says") -> Summary:
     """Capability studies: a JSON row and a table row per cell, and the heat map (mean accuracy per cell and
@@ -206,8 +241,12 @@ RUN_SUMMARIES: dict[str, Callable[..., Summary]] = {
     "emergence": emergence_summary,
     "lengths": lengths_summary,
     "index-lookup": index_lookup_summary,
+    "lengths-tuned": partial(lengths_summary, tuned=True),
+    "index-lookup-tuned": partial(lengths_summary, curve_length=200, tuned=True),
     "widths": widths_summary,
     "induction": induction_summary,
+    "attention": attention_summary,
+    "heads": heads_summary,
     "information-flow": information_flow_summary,
     "circuits": circuits_summary,
     "mamba-width": mamba_width_summary,

@@ -2,6 +2,8 @@
 
     <root>/depthlab.sqlite      runs, metrics, records and the artifact index
     <root>/artifacts/<run_id>/  files written by a run (checkpoints, probes, plots)
+    <root>/reproduced/          one manifest per preset and scale ``depthlab reproduce`` ran (``.reproduced``)
+    <root>/figures/             the figures ``depthlab reproduce`` and ``capability`` draw (by default)
 """
 
 from __future__ import annotations

@@ -1,9 +1,13 @@
 """Ready studies: one YAML file per reproduced figure (``configs/NAME.yaml``), each with a quick and a paper scale.
 
-A preset holds ``title``, ``reproduces`` (the seed's figure or section), ``scales`` and ``summary``; each scale
+A preset holds ``title``, ``reproduces`` (the seed's figure or section, in words), ``figures`` (the seed figures
+it draws, as keys of ``depthlab.captions.CAPTIONS``: ``["seed 001 Figure 2"]``; when left out, read from
+``reproduces``), ``scales`` and ``summary``; each scale
 is a list of ``sweeps`` (sweep mappings as in a sweep file), a ``note`` saying what it shrinks, and optionally
 ``options``: keyword arguments of the summary at that scale (``seed004-hypotheses``: how many sequences it
-measures). ``summary`` names what turns the finished runs into the preset's table and figure: an entry of
+measures). ``summary``
+(top level, or in a scale to override it there) names what turns the finished runs into the preset's table and
+figure: an entry of
 ``depthlab.report.summaries.RUN_SUMMARIES`` (default ``depth``: the capability table and seed 001 Figure 2).
 
 A scale may instead hold ``studies``: capability studies (``depthlab.sweeps.climb``), each a run mapping
@@ -20,6 +24,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from ..captions import CAPTIONS, figures_in
 from ..config import RunConfig, apply_overrides, expand_sweep, load_yaml
 from ..errors import UserError
 from .climb import Study, most_runs, study_from_mapping
@@ -43,6 +48,18 @@ class Preset:
     sweeps: list[list[RunConfig]]
     raw: dict[str, Any]
     studies: list[Study] = field(default_factory=list)
+    summary_name: str | None = None  # the scale's own ``summary``, else the preset's
+    overrides: list[str] = field(default_factory=list)  # the --set changes it was loaded with
+
+    @property
+    def figures(self) -> list[str]:
+        """The seed figures (theorems, results) the preset draws: keys of ``depthlab.captions.CAPTIONS``."""
+        return preset_figures(self.name, self.raw)
+
+    @property
+    def most_runs(self) -> int:
+        """The runs it trains (its studies' most, which stop climbing once settled)."""
+        return sum(map(most_runs, self.studies)) if self.studies else len(self.runs)
 
     @property
     def runs(self) -> list[RunConfig]:
@@ -52,9 +69,10 @@ class Preset:
     def size(self) -> str:
         """How much work, in words: ``36 runs``, or ``4 capability studies (at most 48 runs)``."""
         if not self.studies:
-            return f"{len(self.runs)} runs"
+            n = len(self.runs)
+            return f"{n} run{'s' if n != 1 else ''}" if n else "no training (constructions)"
         studies = f"{len(self.studies)} capability stud{'y' if len(self.studies) == 1 else 'ies'}"
-        return f"{studies} (at most {sum(map(most_runs, self.studies))} runs)"
+        return f"{studies} (at most {self.most_runs} runs)"
 
     @property
     def options(self) -> dict[str, Any]:
@@ -64,7 +82,44 @@ class Preset:
     @property
     def summary(self) -> str:
         """The name of the preset's summary (``depthlab.report.summaries``)."""
-        return self.raw.get("summary") or ("min-depth" if self.studies else "depth")
+        return self.summary_name or self.raw.get("summary") or ("min-depth" if self.studies else "depth")
+
+
+def preset_figures(name: str, raw: dict[str, Any]) -> list[str]:
+    """``raw["figures"]`` checked against the caption registry, or the figures ``raw["reproduces"]`` names."""
+    given = raw.get("figures")
+    if given is None:
+        return figures_in(str(raw.get("reproduces", "")))
+    if not isinstance(given, list) or not given or not all(isinstance(x, str) for x in given):
+        raise UserError(f"{name}.figures: must be a non-empty list of seed figures, e.g. [\"seed 001 Figure 2\"] "
+                        f"(got {given!r})")
+    unknown = [x for x in given if x not in CAPTIONS]
+    if unknown:
+        raise UserError(f"{name}.figures: unknown seed figure {unknown[0]!r}; allowed: {', '.join(CAPTIONS)}")
+    return list(given)
+
+
+def preset_figures_of(name: str) -> list[str]:
+    """The seed figures of the preset ``name`` (:func:`preset_figures`), without loading its scales."""
+    return preset_figures(name, load_yaml(_path(name)))
+
+
+def preset_info(name: str) -> dict[str, Any]:
+    """What ``depthlab reproduce --list`` shows of a preset: ``name``, ``title``, ``reproduces``, ``figures``,
+    ``summary`` and per scale its ``size`` in words, the ``runs`` it trains at most and its ``note``."""
+    raw = load_yaml(_path(name))
+    scales = {scale: load_preset(name, scale) for scale in raw.get("scales", {})}
+    first = next(iter(scales.values()), None)
+    return {"name": name, "title": raw.get("title", name), "reproduces": raw.get("reproduces", ""),
+            "figures": preset_figures(name, raw), "summary": first.summary if first else None,
+            "scales": {scale: {"size": p.size, "runs": p.most_runs, "note": p.note} for scale, p in scales.items()}}
+
+
+def _path(name: str) -> Path:
+    path = preset_dir() / f"{name}.yaml"
+    if not path.exists():
+        raise UserError(f"reproduce: unknown preset {name!r}; allowed: {', '.join(preset_names())}")
+    return path
 
 
 def recipe(name: str) -> dict[str, Any]:
@@ -74,10 +129,8 @@ def recipe(name: str) -> dict[str, Any]:
 
 
 def load_preset(name: str, scale: str, overrides: list[str] | None = None) -> Preset:
-    path = preset_dir() / f"{name}.yaml"
-    if not path.exists():
-        raise UserError(f"reproduce: unknown preset {name!r}; allowed: {', '.join(preset_names())}")
-    raw = load_yaml(path)
+    raw = load_yaml(_path(name))
+    preset_figures(name, raw)  # a wrong figures list fails before any training
     scales = raw.get("scales", {})
     if scale not in scales:
         raise UserError(f"--scale: unknown scale {scale!r} for {name}; allowed: {', '.join(scales)}")
@@ -86,4 +139,4 @@ def load_preset(name: str, scale: str, overrides: list[str] | None = None) -> Pr
     studies = [study_from_mapping(s, f"{name}.scales.{scale}.studies[{i}]", overrides)
                for i, s in enumerate(body.get("studies", []))]
     return Preset(name, raw.get("title", name), raw.get("reproduces", ""), scale, body.get("note", ""), sweeps, raw,
-                  studies)
+                  studies, body.get("summary"), list(overrides or []))

@@ -72,7 +72,8 @@ class Task(BaseModel):
     # How evaluation data relates to training data, said in every table that shows this task.
     eval_protocol: ClassVar[str] = "exhaustive dataset"
     # The objective: "cross_entropy" (targets are class indices), "mse" (float targets, no accuracy) or
-    # "bce" (multi-label 0/1 targets, a label counts as predicted when its logit is positive).
+    # "bce" (multi-label 0/1 targets, a label counts as predicted when its logit is positive) or "bce_balanced"
+    # (the same targets, positives and negatives of each label set weighed equally: training/objectives.py).
     loss: ClassVar[str] = "cross_entropy"
     # With several read-out positions: an example is correct only if every position is ("example"), or
     # accuracy is the mean over positions ("position").

@@ -31,7 +31,7 @@ lower ``eval_size``.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import Field, model_validator
@@ -171,10 +171,16 @@ class EqNCP(_Equality):
     section = "seed 003 App. H.2 (iii)"
     summary = "string equality as next-character prediction: valid continuations of every prefix of w|w"
     eval_protocol = "eval_size fresh strings w|w of length exactly N; correct when every prefix's label set is right"
-    loss = "bce"
     accuracy_over = "example"
 
     alphabet: int = alphabet_field(1024)
+    weighting: Literal["balanced", "mean"] = Field(
+        "balanced", description="binary cross-entropy over each label set: balanced (positives and negatives "
+                                "weigh equally) or mean (every label equally; after [sep] 1 of |Σ| + 2 is positive)")
+
+    @property
+    def loss(self) -> str:  # type: ignore[override]
+        return "bce_balanced" if self.weighting == "balanced" else "bce"
 
     @property
     def labels(self) -> list[str]:

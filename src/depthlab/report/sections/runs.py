@@ -9,6 +9,8 @@ from ._common import ensure_runs
 
 @section("runs", "Runs", order=90)
 def render(ctx: ReportContext) -> str | None:
+    if not ctx.runs:
+        return None
     data = ensure_runs(ctx)
     head = ("<tr><th>run</th><th>task</th><th>model</th><th class='num'>layers</th><th class='num'>seed</th>"
             "<th>status</th><th class='num'>step</th><th class='num'>accuracy</th><th class='num'>loss</th>"
