@@ -74,9 +74,10 @@ def test_a_page_per_seed_with_the_figures_beside_the_seed_caption(store_root, tm
     assert "seed 003 Theorem 1" in seed3 and CAPTIONS["seed 003 Theorem 1"].caption[:40] in seed3
     assert "missing file" in seed3 and "gone.png" in seed3
     assert f"depthlab reproduce seed003-dyck --store {store_root}" in seed3
-    # seed 002 and 004: nothing drawn yet; what no preset draws is named
+    # seed 002 and 004: nothing drawn yet; what no preset draws is named (seed 004: every item has a preset)
     assert "0 figure sets" in parts["seed-002"] and "depthlab reproduce seed002-layers" in parts["seed-002"]
-    assert "No preset draws: " in parts["seed-004"] and "Hypothesis 1" in parts["seed-004"]
+    assert "No preset draws: " in parts["seed-002"] and "Figure 1" in parts["seed-002"]  # an illustration
+    assert "depthlab reproduce seed004-hypotheses" in parts["seed-004"] and "No preset draws" not in parts["seed-004"]
     # the runs' own sections are still there, after the gallery
     assert {"capability", "curves", "runs"} <= set(result["sections"])
     assert "http://" not in html.replace("http://www.w3.org", "") and "https://" not in html

@@ -25,15 +25,14 @@ from ..errors import UserError
 from ..models import TaskShapes, build_model
 from ..store import Store
 from .ablation import capture, score
-from .circuit import Circuit, discover, path_attention, validate
-from .runs import LoadedRun, load_run, sample_examples
+from .circuit import Circuit, path_attention
+from .circuits import ANALYSIS_SEED, find_circuit
+from .runs import LoadedRun, sample_examples
 from .tables import Column, Table
 
 EMERGENCE_EXAMPLES = 32  # "using 32 input sequences" (seed 002 §9.1)
 LOSS_EXAMPLES = 1024  # examples for the loss curves measured on each kept checkpoint
-CIRCUIT_EXAMPLES = 1024  # examples for circuit discovery and validation
 THRESHOLD = 0.5
-ANALYSIS_SEED = 1  # the seed of the examples the analyses draw (split "eval")
 HISTORY = "history"
 _STEP = re.compile(r"step-(\d+)\.safetensors$")
 
@@ -190,16 +189,11 @@ class CircuitEmergence:
 def circuit_emergence(store: Store, run_id: str) -> CircuitEmergence:
     """Find the circuit of run ``run_id`` by ablation, validate it, keep it as the run's artifact
     ``circuit.yaml`` and measure its emergence."""
-    run = load_run(store, run_id)
-    batch = sample_examples(run.task, CIRCUIT_EXAMPLES, ANALYSIS_SEED)
-    circuit, log = discover(run.model, run.task, batch)
-    if not circuit.paths:
-        return CircuitEmergence(run_id, log)
-    checked = validate(run.model, run.task, batch, circuit)
-    circuit_file = circuit.dump(store.artifact_path(run_id, "circuit", "circuit.yaml"),
-                                f"circuit of run {run_id} found by `depthlab analyze circuit --discover`")
-    store.add_artifact(run_id, "circuit", "circuit.yaml", {"paths": len(circuit.paths)})
-    return CircuitEmergence(run_id, log, circuit_file, checked, emergence(store, run, circuit))
+    found = find_circuit(store, run_id)
+    if found.validation is None:
+        return CircuitEmergence(run_id, found.discovery)
+    return CircuitEmergence(run_id, found.discovery, found.file, found.validation,
+                            emergence(store, found.run, found.circuit))
 
 
 def _compact_validation(v: dict[str, Any]) -> dict[str, Any]:

@@ -37,7 +37,8 @@ def run_preset(preset: Preset, store: Store, out: Path | None, train: Train,
                vector: str | None = None) -> tuple[dict[str, Any], list[Table]]:
     """Train a preset's runs (or climb its studies) with ``train``, then summarize them: the result object
     (``preset``, ``scale``, the summary's keys, ``seconds``, ``threads``) and the tables to show. The figure is
-    ``<out or store/figures>/<name>-<scale>.png``, with its ``vector`` file (pdf, svg) next to it when asked."""
+    ``<out or store/figures>/<name>-<scale>.png``, with its ``vector`` file (pdf, svg) next to it when asked; the
+    scale's ``options`` are passed to the summary as keyword arguments."""
     import torch
 
     from ..report.summaries import preset_summary
@@ -48,11 +49,11 @@ def run_preset(preset: Preset, store: Store, out: Path | None, train: Train,
     if preset.studies:
         run_ids: list[str] = []  # a study's runs are found by climbing; its cells do not keep their ids
         summary, tables = summarize(climb_studies(preset.studies, store, train, preset.name), figure, preset.title,
-                                    vector=vector)
+                                    vector=vector, **preset.options)
     else:
         train(preset.runs, preset.name)
         run_ids = [store.run_id(run.to_dict()) for run in preset.runs]
-        summary, tables = summarize(store, run_ids, figure, preset.title, vector=vector)
+        summary, tables = summarize(store, run_ids, figure, preset.title, vector=vector, **preset.options)
     result = {"preset": preset.name, "scale": preset.scale, **summary,
               "seconds": round(time.perf_counter() - started, 1), "threads": torch.get_num_threads()}
     record_reproduction(store.root, manifest(preset, result, run_ids))

@@ -181,6 +181,48 @@ def closed_form(D: int) -> int:
     return t
 
 
+def flow(D: int, layers: int | None = None) -> dict:
+    """Seed 002 Figures 3 and 8 (§5, Appendix B) and the layers after them, for one chain (N = 1): the relevant
+    positions in input order, the pieces shared before any layer, and which pieces e_0 … e_{2D} each position
+    holds after every layer t = 0 … ``layers`` (default: until the last position holds x_D).
+
+    Figure 3: "Positions that contain shared information before any transformer layers in the case of D=5. Top
+    edges denote shared token embeddings. Bottom edges denote shared positional encodings." The positions are
+    the chain's own 2D + 1 (the other N − 1 chains share nothing with it, Lemma 1), in input order: the pairs
+    (x_{D-1} x_D) … (x_0 x_1), then the query x_0. ``s`` gives each position's index s_i of Definition 1
+    (s_0 the last position, s_{2k} and s_{2k+1} the second and first occurrences of x_k) and ``held[t][i][j]``
+    whether position i holds e_j after t layers (e_{2k} = x_k, e_{2k-1} = p_k, Definition 3).
+    """
+    seq = retrieval_sequence(D, 1)
+    n_tokens = int(seq.tokens.max()) + 1
+    pieces = _chain_pieces(seq, n_tokens)
+    held = initial_pieces(seq)
+    target = last_position_form(D) if layers is None else layers
+    steps = [held[:, pieces]]
+    for _ in range(target):
+        held = propagate(held)
+        steps.append(held[:, pieces])
+    k = [int(t) for t in seq.tokens]  # chain 0's token id is x_k's index k
+    n = len(k)
+    s = [0 if i == n - 1 else 2 * k[i] + (1 if i % 2 == 0 else 0) for i in range(n)]
+    token_edges = [(i, j) for i in range(n) for j in range(i + 1, n) if k[i] == k[j]]
+    pair_edges = [(i, i + 1) for i in range(0, n - 1, 2)]
+    return {"D": D, "tokens": k, "s": s, "token_edges": token_edges, "pair_edges": pair_edges,
+            "held": [h.astype(int).tolist() for h in steps], "last": n - 1,
+            "layers_last": last_position_form(D), "closed_form": closed_form(D)}
+
+
+def depth_rows(depths: list[int], N: int = 4) -> list[dict]:
+    """For every D: Theorem 1's bound ⌈log₃(2D)⌉, the simulated least depth at which some position holds the whole
+    chain (``layers_any``) and at which the last position holds x_D (``layers_last``), and ⌈log₃(4D + 1)⌉."""
+    rows = []
+    for D in depths:
+        sim = simulate(D, N)
+        rows.append({"D": D, "N": N, "closed_form": closed_form(D), "layers_any": sim["layers_any"],
+                     "layers_last": sim["layers_last"], "last_position_form": last_position_form(D)})
+    return rows
+
+
 def last_position_form(D: int) -> int:
     """⌈log₃(4D + 1)⌉: the least t with (3^t - 1)/2 ≥ 2D, the one-sided growth of the query's interval."""
     t = 0

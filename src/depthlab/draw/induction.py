@@ -3,12 +3,14 @@ the measurements of ``depthlab.induction``."""
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import numpy as np
 from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 
+from ..induction.hypotheses import KNOBS, CapacityRow
 from ..induction.measure import Bleeding, LogOddsPair, Powers
 from ..induction.study import Study
 from .style import figure_legend, literal, new_figure, save
@@ -101,3 +103,46 @@ def write_figures(study: Study, folder: Path, prefix: str, vector: str | None = 
         save(powers_figure(study.powers, study.name), folder / f"{prefix}-powers.png", vector),
         save(bleeding_figure({study.name: study.bleeding}), folder / f"{prefix}-bleeding.png", vector),
     ]
+
+
+CAPACITY_ROWS = (  # (what a row of panels shows, [(key of CapacityRow.row, label, line style)])
+    ("induction strength", [("median_strength", "median strength", "o-"), ("mean_strength", "mean strength", "o--")]),
+    ("spread over tokens (sd)", [("a_power_sd", "sd of A power", "s-"), ("b_power_sd", "sd of B power", "s--")]),
+    ("bleeding: mean strength", [("strength_b", "B itself", "^-"), ("neighbour_1", "B's nearest token", "^--"),
+                                 ("random", "random tokens", "^:")]),
+)
+
+
+def capacity_figure(groups: dict[str, list[CapacityRow]], hypotheses: dict[str, str], title: str) -> Figure:
+    """Seed 004's hypotheses against capacity: a column per knob (its runs from
+    ``depthlab.induction.hypotheses.knob_groups``), rows: induction strength, the spreads of A and B power
+    (Hypothesis 1 predicts B's is bigger), bleeding to B's nearest token; runs below 0.5 accuracy crossed; the
+    hypotheses quoted below."""
+    knobs = list(groups) or ["width"]
+    with new_figure(figsize=(2.6 * len(knobs) + 1.8, 7.6)) as fig:
+        axes = fig.subplots(len(CAPACITY_ROWS), len(knobs), squeeze=False, sharey="row")
+        for j, knob in enumerate(knobs):
+            rows = groups.get(knob, [])
+            xs = [r.knob(knob) for r in rows]
+            for i, (ylabel, series) in enumerate(CAPACITY_ROWS):
+                ax = axes[i, j]
+                for c, (key, label, style) in enumerate(series):
+                    ax.plot(xs, [r.row[key] for r in rows], style, color=f"C{c + 2 * i}", label=label)
+                ax.axhline(0, color="grey", lw=0.6)
+                failed = [r for r in rows if (r.row.get("accuracy") or 0.0) < 0.5]
+                if i == 0 and failed:
+                    ax.plot([r.knob(knob) for r in failed], [r.row["median_strength"] for r in failed], "x",
+                            color="black", ms=9, label="did not learn the task (accuracy < 0.5)")
+                if xs:
+                    ax.set_xscale("log", base=2)
+                    ax.set_xticks(xs, [str(x) for x in xs])
+                if j == 0:
+                    ax.set_ylabel(ylabel)
+            fixed = ", ".join(f"{k} {rows[0].knob(k)}" for k in KNOBS if k != knob) if rows else ""
+            axes[0, j].set_title(f"{KNOBS[knob]}\n({fixed})", fontsize=7)
+            axes[-1, j].set_xlabel(knob)
+        figure_legend(fig, axes.ravel(), fontsize=7)
+        text = "\n".join(textwrap.fill(f"{name}: {quote}", 150) for name, quote in hypotheses.items())
+        fig.text(0.0, -0.01, literal(text), fontsize=6, va="top", ha="left", wrap=False)
+        fig.suptitle(literal(title), fontsize=9)
+    return fig

@@ -66,3 +66,37 @@ def curves_figure(curve_sets: dict[tuple[str, str], list[dict[str, list]]], chan
         axes[0].set_ylabel("accuracy (validation)")
         figure_legend(fig, axes, title="a line per seed")
     return fig
+
+
+def width_figure(rows: list[dict[str, Any]], title: str) -> Figure:
+    """Seed 003 Figure 3: (a) accuracy against width, a line per length N; (b) accuracy against N, a line per
+    width; chance dashed. From the rows of ``depthlab.analysis.lengths.length_rows`` (one model family)."""
+    rows = [r for r in rows if r["accuracy"] is not None and r["width"] is not None and r["length"] is not None]
+    widths = sorted({r["width"] for r in rows})
+    lengths = sorted({r["length"] for r in rows})
+    acc = {(r["width"], r["length"]): r["accuracy"] for r in rows}
+    with new_figure(figsize=(8.4, 3.2)) as fig:
+        by_width, by_length = fig.subplots(1, 2, sharey=True)
+        for i, n in enumerate(lengths):
+            ws = [w for w in widths if (w, n) in acc]
+            by_width.plot(ws, [acc[w, n] for w in ws], "o-", color=f"C{i % 10}", label=f"N = {n}")
+        for i, w in enumerate(widths):
+            ns = [n for n in lengths if (w, n) in acc]
+            by_length.plot(ns, [acc[w, n] for n in ns], "s--", color=f"C{(i + len(lengths)) % 10}",
+                           label=f"width {w}")
+        chances = {r["chance"] for r in rows if r["chance"] is not None}
+        for ax in (by_width, by_length):
+            if chances:
+                ax.axhline(min(chances), color="grey", ls=":", lw=0.8, label="chance")
+            ax.set_ylim(-0.02, 1.02)
+        by_width.set_xscale("log", base=2)
+        by_width.set_xticks(widths, [str(w) for w in widths])
+        by_width.set_xlabel("width")
+        by_width.set_ylabel("accuracy at length N")
+        by_width.set_title("(a) against width", fontsize=8)
+        by_length.set_xticks(lengths, [str(n) for n in lengths])
+        by_length.set_xlabel("length N")
+        by_length.set_title("(b) against length", fontsize=8)
+        figure_legend(fig, (by_width, by_length), fontsize=7)
+        fig.suptitle(literal(title), fontsize=9)
+    return fig

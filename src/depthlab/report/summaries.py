@@ -17,20 +17,23 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from ..analysis import capability, construction_maps, emergence, heads, layers, lengths
+from ..analysis import capability, circuits, construction_maps, emergence, heads, layers, lengths
 from ..analysis.tables import Column, Table
-from ..constructions import log_width
+from ..constructions import information_flow, log_width
 from ..draw import save
 from ..draw.attention import comparison_figure
 from ..draw.capability import min_depth_figure
+from ..draw.circuit import circuits_figure
 from ..draw.depth import depth_figure
 from ..draw.emergence import emergence_figure
 from ..draw.heads import heads_figure
-from ..draw.induction import bleeding_figure, strength_figure, write_figures
+from ..draw.induction import bleeding_figure, capacity_figure, strength_figure, write_figures
+from ..draw.information_flow import information_flow_figure
 from ..draw.layers import layers_figure
-from ..draw.lengths import curves_figure, heatmap_figure
+from ..draw.lengths import curves_figure, heatmap_figure, width_figure
 from ..draw.widths import widths_figure
 from ..errors import UserError
+from ..induction import hypotheses
 from ..induction.reproduce import measure_runs
 from ..induction.tables import runs_table, summary_tables
 from ..store import Store
@@ -120,6 +123,57 @@ def widths_summary(store: Store | None, run_ids: list[str], figure: Path, title:
     return {**table, "figure": str(path)}, [view]
 
 
+def information_flow_summary(store: Store | None, run_ids: list[str], figure: Path, title: str,
+                             vector: str | None = None, D: int = 5, depths: list[int] | None = None,
+                             N: int = 4) -> Summary:
+    """Seed 002 Figures 3 and 8 (no training runs): the shared information of one chain at ``D`` and the pieces
+    each position holds after every layer, drawn; for every D of ``depths`` (default 1 … 6) Theorem 1's bound next
+    to the simulated least depths (``depthlab.constructions.information_flow``)."""
+    flow = information_flow.flow(D)
+    path = save(information_flow_figure(flow, f"{title} (seed 002 Figures 3 and 8, D = {D})"), figure, vector)
+    rows = information_flow.depth_rows(list(depths or range(1, 7)), N)
+    view = Table([Column(c, "right") for c in ("D", "⌈log₃(2D)⌉", "any position (simulated)",
+                                                "last position (simulated)", "⌈log₃(4D+1)⌉")],
+                 title=f"{title}: least layers, N = {N} chains",
+                 caption="any position: the least t at which some position holds the whole chain x_0 … x_D "
+                         "(Lemma 3's quantity); last position: the least t at which the query holds x_D "
+                         "(Theorem 1's)")
+    for r in rows:
+        view.add_row(*(str(r[k]) for k in ("D", "closed_form", "layers_any", "layers_last", "last_position_form")))
+    return {"flow": flow, "rows": rows, "figure": str(path)}, [view]
+
+
+def circuits_summary(store: Store, run_ids: list[str], figure: Path, title: str,
+                     vector: str | None = None) -> Summary:
+    """Seed 002 Figure 5: each run's circuit found by ablation and validated (transformers A, B, C in run order),
+    a panel each."""
+    rows = circuits.circuit_rows(store, run_ids)
+    path = save(circuits_figure(rows, f"{title} (seed 002 Figure 5)"), figure, vector)
+    return {"rows": rows, "figure": str(path)}, [circuits.circuits_table(rows, title)]
+
+
+def mamba_width_summary(store: Store, run_ids: list[str], figure: Path, title: str,
+                        vector: str | None = None) -> Summary:
+    """Seed 003 Figure 3: accuracy of each width at each length (the length table, a row per width), drawn
+    against width and against length."""
+    rows = lengths.length_rows(store, run_ids)
+    path = save(width_figure(rows, f"{title} (seed 003 Figure 3)"), figure, vector)
+    return {"rows": lengths.lengths_json(rows), "figure": str(path)}, [lengths.length_table(rows, title)]
+
+
+def hypotheses_summary(store: Store, run_ids: list[str], figure: Path, title: str, vector: str | None = None,
+                       per_token: int = 256, sequences: int = 4096) -> Summary:
+    """Seed 004 Hypotheses 1 and 2: every run measured (``per_token`` sequences per token for A and B power,
+    ``sequences`` for strengths and bleeding), a table row per run, a figure column per capacity knob, the
+    essay's wording of each hypothesis in the caption."""
+    rows = hypotheses.capacity_rows(store, run_ids, per_token, sequences)
+    fig = capacity_figure(hypotheses.knob_groups(rows), hypotheses.HYPOTHESES,
+                          f"{title} (seed 004 Hypotheses 1 and 2)")
+    path = save(fig, figure, vector)
+    return ({"rows": hypotheses.capacity_json(rows), "hypotheses": hypotheses.HYPOTHESES, "figure": str(path),
+             "per_token": per_token, "sequences": sequences}, [hypotheses.capacity_table(rows, title)])
+
+
 def induction_summary(store: Store, run_ids: list[str], figure: Path, title: str,
                       vector: str | None = None) -> Summary:
     """Seed 004 on every run: rows of mean/median strength per model, a combined strength figure, the bleeding
@@ -193,6 +247,10 @@ RUN_SUMMARIES: dict[str, Callable[..., Summary]] = {
     "induction": induction_summary,
     "attention": attention_summary,
     "heads": heads_summary,
+    "information-flow": information_flow_summary,
+    "circuits": circuits_summary,
+    "mamba-width": mamba_width_summary,
+    "hypotheses": hypotheses_summary,
 }
 STUDY_SUMMARIES: dict[str, Callable[..., Summary]] = {
     "min-depth": min_depth_summary,

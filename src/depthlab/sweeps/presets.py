@@ -3,7 +3,9 @@
 A preset holds ``title``, ``reproduces`` (the seed's figure or section, in words), ``figures`` (the seed figures
 it draws, as keys of ``depthlab.captions.CAPTIONS``: ``["seed 001 Figure 2"]``; when left out, read from
 ``reproduces``), ``scales`` and ``summary``; each scale
-is a list of ``sweeps`` (sweep mappings as in a sweep file) and a ``note`` saying what it shrinks. ``summary``
+is a list of ``sweeps`` (sweep mappings as in a sweep file), a ``note`` saying what it shrinks, and optionally
+``options``: keyword arguments of the summary at that scale (``seed004-hypotheses``: how many sequences it
+measures). ``summary``
 (top level, or in a scale to override it there) names what turns the finished runs into the preset's table and
 figure: an entry of
 ``depthlab.report.summaries.RUN_SUMMARIES`` (default ``depth``: the capability table and seed 001 Figure 2).
@@ -71,6 +73,11 @@ class Preset:
             return f"{n} run{'s' if n != 1 else ''}" if n else "no training (constructions)"
         studies = f"{len(self.studies)} capability stud{'y' if len(self.studies) == 1 else 'ies'}"
         return f"{studies} (at most {self.most_runs} runs)"
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The scale's ``options``: keyword arguments of its summary (e.g. how many sequences a measurement uses)."""
+        return dict(self.raw["scales"][self.scale].get("options") or {})
 
     @property
     def summary(self) -> str:
