@@ -179,3 +179,22 @@ def test_override_of_the_last_layer_is_placed_at_the_last_query():
     by_tensor = model(tokens, override={(0, 0): identity}).outputs
     expected = model(tokens, override={(0, 0): identity}, capture=True).outputs
     assert torch.allclose(by_name, by_tensor) and torch.allclose(by_name, expected)
+
+
+def test_sizing_a_model_on_the_meta_device_does_not_import_torchdynamo():
+    """``model_size`` runs before every group; a random draw or ``triu`` on the meta device imports TorchDynamo
+    (seconds at every start of a training command). A fresh interpreter, since the suite may have imported it."""
+    import subprocess
+    import sys
+
+    code = """
+import sys
+from depthlab.config import parse_run
+from depthlab.models.base import TaskShapes, model_size
+for name in ("transformer", "attention_only", "lstm", "dss", "mamba", "linear_transformer", "retnet"):
+    config = parse_run({"task": {"name": "index_lookup", "N": 20}, "model": {"name": name}})
+    assert model_size(config.model, TaskShapes.of(config.task)).parameters > 0
+    assert "torch._dynamo" not in sys.modules, name
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
