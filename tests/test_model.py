@@ -191,8 +191,10 @@ def test_sizing_a_model_on_the_meta_device_does_not_import_torchdynamo():
 import sys
 from depthlab.config import parse_run
 from depthlab.models.base import TaskShapes, model_size
-for name in ("transformer", "attention_only", "lstm", "dss", "mamba", "linear_transformer", "retnet"):
-    config = parse_run({"task": {"name": "index_lookup", "N": 20}, "model": {"name": name}})
+names = ("transformer", "attention_only", "lstm", "dss", "mamba", "linear_transformer", "retnet")
+for model in [{"name": name} for name in names] + [{"name": "transformer", "positional": "rotary"}]:
+    name = model["name"]
+    config = parse_run({"task": {"name": "index_lookup", "N": 20}, "model": model})
     assert model_size(config.model, TaskShapes.of(config.task)).parameters > 0
     assert "torch._dynamo" not in sys.modules, name
 """

@@ -35,9 +35,16 @@ from pydantic import Field, field_validator, model_validator
 
 from .attention_kernels import LastQueryAttention, attention_pattern
 from .base import ModelSpec, RunModule, TaskShapes, register
-from .components import Unembed, through_head_hook
+from .components import Unembed, fixed_table, through_head_hook
 from .hooks import HookPoint
 from .init import attention_only_weight, paper_first_layer
+
+
+def one_hot_positions(n: int, d: int, width: int) -> torch.Tensor:
+    """[n, width]: position i one-hot in column d + i (§3.1's concatenated positions)."""
+    positions = torch.zeros(n, width)
+    positions[torch.arange(n), d + torch.arange(n)] = 1.0
+    return positions
 
 
 @register
@@ -169,15 +176,14 @@ class AttentionOnly(RunModule):
                                                  weight("v", [heads, width, width]), spec.attention == "softmax"))
             for layer, heads in enumerate(spec.heads_per_layer))
         self.unembed = Unembed(weight("u", [width, self.n_classes]))
-        # fixed tables built on the CPU whatever the default device (components.shapes_only); .to moves them
-        positions = torch.zeros(self.n, width, device="cpu")
-        index = torch.arange(self.n, device="cpu")
-        positions[index, self.d + index] = 1.0
+        positions = fixed_table([self.n, width], lambda: one_hot_positions(self.n, self.d, width))
         self.register_buffer("positions", positions, persistent=False)
         # a lookup in the identity is the one-hot encoding, 4x faster than ``one_hot`` (a scatter) on a CPU …
-        self.register_buffer("one_hot", torch.eye(self.d, width, device="cpu"), persistent=False)
+        one_hot = fixed_table([self.d, width], lambda: torch.eye(self.d, width))
+        self.register_buffer("one_hot", one_hot, persistent=False)
         # … and a lookup in a table of every (token, position) row is H^(0) in one pass over memory
-        table = (self.one_hot[:, None] + positions).reshape(-1, width) if self.d * self.n * width <= 2**22 else None
+        table = None if self.d * self.n * width > 2**22 else fixed_table(
+            [self.d * self.n, width], lambda: (one_hot[:, None] + positions).reshape(-1, width))
         self.register_buffer("token_positions", table, persistent=False)
         if first:
             first.apply(self)

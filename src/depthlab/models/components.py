@@ -14,6 +14,7 @@ so a run initialises the same alone and inside any group.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -50,10 +51,17 @@ def shapes_only() -> bool:
     return torch.get_default_device().type == "meta"
 
 
+def fixed_table(shape: list[int], build: Callable[[], torch.Tensor],
+                dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """A constant table of a module (a mask, one-hot positions, decay rates) from ``build``; on the meta device
+    only an empty tensor of its ``shape`` and ``dtype`` (:func:`shapes_only`: ``triu``, ``eye`` or an indexed
+    write there import TorchDynamo as well)."""
+    return torch.empty(shape, dtype=dtype) if shapes_only() else build()
+
+
 def causal_mask(n: int) -> torch.Tensor:
-    """[n, n] bool, True where the key comes after the query. Built on the CPU whatever the default device (on
-    the meta device ``triu`` imports TorchDynamo too, see :func:`shapes_only`); the module's ``.to`` moves it."""
-    return torch.ones(n, n, dtype=torch.bool, device="cpu").triu(1)
+    """[n, n] bool, True where the key comes after the query."""
+    return fixed_table([n, n], lambda: torch.ones(n, n, dtype=torch.bool).triu(1), torch.bool)
 
 
 class Init:

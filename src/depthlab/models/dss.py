@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from pydantic import Field
 
 from .base import register
-from .components import Init, bias, per_run
+from .components import Init, bias, fixed_table, per_run
 from .recurrent import Mixer, RecurrentSpec, ResidualBlock, SequenceStack
 
 
@@ -55,8 +55,8 @@ class DiagonalSSM(Mixer):
         super().__init__()
         d, n = spec.width, spec.d_state
         self.Lambda_re_log = init.const([n], math.log(0.5))
-        modes = torch.arange(n, dtype=torch.float32, device="cpu")  # on the CPU: components.shapes_only
-        self.Lambda_im = torch.nn.Parameter((math.pi * modes).expand(init.runs, n).clone())
+        self.Lambda_im = torch.nn.Parameter(fixed_table(
+            [init.runs, n], lambda: (math.pi * torch.arange(n, dtype=torch.float32)).expand(init.runs, n).clone()))
         self.W_re = init.normal([d, n], math.sqrt(0.5))
         self.W_im = init.normal([d, n], math.sqrt(0.5))
         self.log_dt = init.uniform([d], math.log(spec.dt_min), math.log(spec.dt_max))

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from .base import TaskShapes, register
-from .components import Init, causal_mask
+from .components import Init, fixed_table
 from .headed import HeadedMixer, HeadedSpec
 from .recurrent import ResidualBlock, SequenceStack
 
@@ -56,7 +56,7 @@ class LinearAttention(HeadedMixer):
     def __init__(self, spec: LinearTransformerSpec, n: int, init: Init) -> None:
         super().__init__(spec, init)
         self.add_output_map(init)
-        self.register_buffer("causal", (~causal_mask(n)).float(), persistent=False)
+        self.register_buffer("causal", fixed_table([n, n], lambda: torch.ones(n, n).tril()), persistent=False)
 
     def queries_keys_values(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """φ(q), φ(k), v: [R, B, heads, n, d_head]."""

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from pydantic import Field
 
 from .base import register
-from .components import Init, bias, per_run, shapes_only
+from .components import Init, bias, fixed_table, per_run, shapes_only
 from .recurrent import Mixer, RecurrentSpec, ResidualBlock, SequenceStack
 
 
@@ -84,8 +84,8 @@ class SelectiveSSM(Mixer):
         else:
             dt = torch.exp(log_dt.detach()).clamp(min=1e-4)
             self.b_dt = torch.nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # inverse softplus
-        states = torch.arange(1, n + 1, dtype=torch.float32, device="cpu")  # on the CPU: components.shapes_only
-        self.A_log = torch.nn.Parameter(torch.log(states).repeat(init.runs, e, 1))
+        self.A_log = torch.nn.Parameter(fixed_table(
+            [init.runs, e, n], lambda: torch.log(torch.arange(1, n + 1, dtype=torch.float32)).repeat(init.runs, e, 1)))
         self.D = init.const([e], 1.0)
         self.W_out = linear(e, [e, d])
 

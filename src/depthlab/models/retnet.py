@@ -26,10 +26,10 @@ import torch
 import torch.nn.functional as F
 
 from .base import register
-from .components import Init
+from .components import Init, fixed_table
 from .headed import HeadedMixer, HeadedSpec
 from .recurrent import ResidualBlock, SequenceStack
-from .transformer import rotary_angles, rotate
+from .transformer import rotary_tables, rotate
 
 
 @register
@@ -53,13 +53,14 @@ class Retention(HeadedMixer):
         super().__init__(spec, init, with_bias=False)
         self.W_G = init.normal([spec.width, spec.width])
         self.add_output_map(init)
-        angles = rotary_angles(n, spec.d_head)
-        self.register_buffer("rot_cos", angles.cos(), persistent=False)
-        self.register_buffer("rot_sin", angles.sin(), persistent=False)
-        self.register_buffer("gamma", 1.0 - 2.0 ** (-5.0 - torch.arange(spec.heads, dtype=torch.float64, device="cpu")),
+        cos, sin = rotary_tables(n, spec.d_head)
+        self.register_buffer("rot_cos", cos, persistent=False)
+        self.register_buffer("rot_sin", sin, persistent=False)
+        self.register_buffer("gamma", fixed_table([spec.heads], lambda: 1.0 - 2.0 ** (-5.0 - torch.arange(
+            spec.heads, dtype=torch.float64)), torch.float64),
                              persistent=False)
-        positions = torch.arange(n, device="cpu")  # on the CPU: components.shapes_only
-        self.register_buffer("gap", positions[:, None] - positions[None], persistent=False)  # n − m
+        gap = fixed_table([n, n], lambda: torch.arange(n)[:, None] - torch.arange(n)[None], torch.int64)  # n − m
+        self.register_buffer("gap", gap, persistent=False)
 
     def decay(self, n: int, dtype: torch.dtype) -> torch.Tensor:
         """D [heads, n, n]: γ^(n−m) below the diagonal, 0 above (computed in float64)."""

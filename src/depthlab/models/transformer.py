@@ -37,6 +37,7 @@ from .components import (
     PosEmbed,
     Unembed,
     causal_mask,
+    fixed_table,
     residual_out_std,
     through_head_hook,
 )
@@ -86,10 +87,13 @@ def sinusoidal_positions(n: int, width: int) -> torch.Tensor:
     return table
 
 
-def rotary_angles(n: int, d_head: int) -> torch.Tensor:
-    """θ_j·i for position i and pair j (θ_j = 10000^(−2j/d_head)): [n, d_head / 2]."""
-    positions, pairs = torch.arange(n, device="cpu"), torch.arange(0, d_head, 2, device="cpu")  # see causal_mask
-    return positions[:, None] * (10000.0 ** (-pairs / d_head))[None]
+def rotary_tables(n: int, d_head: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of θ_j·i for position i and pair j (θ_j = 10000^(−2j/d_head)): two [n, d_head / 2]."""
+    def angles() -> torch.Tensor:
+        return torch.arange(n)[:, None] * (10000.0 ** (-torch.arange(0, d_head, 2) / d_head))[None]
+
+    shape = [n, d_head // 2]
+    return fixed_table(shape, lambda: angles().cos()), fixed_table(shape, lambda: angles().sin())
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -110,9 +114,9 @@ class Attention(HeadProjections):
         self.hook_attn_scores, self.hook_pattern = HookPoint(), HookPoint()
         if self.rotary:
             self.hook_rot_q, self.hook_rot_k = HookPoint(), HookPoint()
-            angles = rotary_angles(n, dh)
-            self.register_buffer("rot_cos", angles.cos(), persistent=False)
-            self.register_buffer("rot_sin", angles.sin(), persistent=False)
+            cos, sin = rotary_tables(n, dh)
+            self.register_buffer("rot_cos", cos, persistent=False)
+            self.register_buffer("rot_sin", sin, persistent=False)
         self.register_buffer("causal_mask", causal_mask(n), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
