@@ -29,8 +29,13 @@ import torch.nn.functional as F
 from pydantic import Field
 
 from .base import register
-from .components import Init, bias, fixed_table, per_run, shapes_only
+from .components import Init, bias, fixed_table, per_run
 from .recurrent import Mixer, RecurrentSpec, ResidualBlock, SequenceStack
+
+
+def inverse_softplus(x: torch.Tensor) -> torch.Tensor:
+    """y with softplus(y) = x (x > 0)."""
+    return x + torch.log(-torch.expm1(-x))
 
 
 @register
@@ -78,12 +83,9 @@ class SelectiveSSM(Mixer):
         self.conv_b = linear(k, [e])
         self.W_x = linear(e, [e, rank + 2 * n])
         self.W_dt = init.uniform([rank, e], -(rank**-0.5), rank**-0.5)
-        log_dt = init.uniform([e], math.log(s.dt_min), math.log(s.dt_max))
-        if shapes_only():  # on the meta device only the shape counts (components.shapes_only)
-            self.b_dt = log_dt
-        else:
-            dt = torch.exp(log_dt.detach()).clamp(min=1e-4)
-            self.b_dt = torch.nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # inverse softplus
+        log_dt = init.uniform([e], math.log(s.dt_min), math.log(s.dt_max)).detach()
+        self.b_dt = torch.nn.Parameter(fixed_table([init.runs, e], lambda: inverse_softplus(
+            torch.exp(log_dt).clamp(min=1e-4))))
         self.A_log = torch.nn.Parameter(fixed_table(
             [init.runs, e, n], lambda: torch.log(torch.arange(1, n + 1, dtype=torch.float32)).repeat(init.runs, e, 1)))
         self.D = init.const([e], 1.0)
