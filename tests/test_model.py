@@ -51,6 +51,25 @@ def test_forward_equals_equation_2(attention, init):
             torch.testing.assert_close(out.outputs[r, b], expected, rtol=1e-9, atol=1e-9)
 
 
+def test_qk_scale_shrinks_random_w_qk_only_and_keeps_deep_relu_models_finite():
+    """Under ``init: random`` qk_scale multiplies W_QK and nothing else (same draws); under ``paper-first`` the
+    random later layers ignore it. Why it exists: ReLU attention without normalisation is cubic in the residual
+    stream per layer, so 8 layers at N(0, 1/width) overflow float32 at initialisation, and 0.1 of that does not."""
+    one, tenth = make(layers=2, init="random"), make(layers=2, init="random", qk_scale=0.1)
+    for name, param in one.named_parameters():  # drawn in float32, compared in float64
+        scale = 0.1 if name.endswith("W_QK") else 1.0
+        torch.testing.assert_close(dict(tenth.named_parameters())[name], scale * param, rtol=1e-6, atol=0)
+    first = make(layers=2, init="paper-first", qk_scale=0.1)
+    torch.testing.assert_close(first.param("blocks.1.attn.W_QK"), one.param("blocks.1.attn.W_QK"))
+    shapes = TaskShapes(vocab_size=14, seq_len=20, n_classes=14)
+    tokens = torch.randint(0, 14, (2, 64, 20), generator=torch.Generator().manual_seed(0))
+    for qk_scale, finite in ((1.0, False), (0.1, True)):
+        gens = [torch.Generator().manual_seed(s) for s in range(2)]
+        deep = build_model(AttentionOnlySpec(layers=8, init="random", qk_scale=qk_scale), shapes, gens)
+        with torch.no_grad():
+            assert bool(torch.isfinite(deep(tokens).outputs).all()) is finite
+
+
 def test_h0_from_the_table_of_token_positions_equals_eq_3():
     """H^(0) looked up in the (token, position) table, and built as one-hot token + one-hot position (the way
     taken when the table would be too big), are the same matrix."""

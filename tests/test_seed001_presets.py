@@ -99,16 +99,20 @@ def test_heads_preset_draws_figures_4_to_7(tmp_path):
     json.dumps(summary)
 
 
-def test_heads_figure_names_every_head_list_once_in_one_legend():
+def test_heads_figure_gives_each_column_the_legend_of_its_own_head_lists():
     from depthlab.draw.heads import heads_figure
 
     curves = [{"step": [0, 10], "accuracy": [0.2, 0.9], "loss": [2.0, 0.1]}]
-    rows = [{"panel": p, "heads": h, "curves": curves, "chance": 0.25} for p in ("Figure 5: icqa", "Figure 6: x")
-            for h in ("[1, 1]", "[4, 4]")]
+    lists = {"Figure 5: icqa": ("[1, 1]", "[4, 4]"), "Figure 7: x": ("[1, 1, 1]", "[1, 1, 6]", "[1, 1, 1, 1]")}
+    rows = [{"panel": p, "heads": h, "curves": curves, "chance": 0.25} for p, hs in lists.items() for h in hs]
     fig = heads_figure(rows, "t")
-    (legend,) = fig.legends
-    assert [t.get_text() for t in legend.get_texts()] == ["[1, 1]", "[4, 4]", "chance"]
-    assert [ax.get_title() for ax in fig.axes[:2]] == ["Figure 5: icqa", "Figure 6: x"]
+    assert not fig.legends
+    top, bottom = fig.axes[:2], fig.axes[2:]
+    assert [ax.get_title() for ax in top] == list(lists)
+    for ax, heads in zip(bottom, lists.values(), strict=True):
+        assert [t.get_text() for t in ax.get_legend().get_texts()] == [*heads, "chance"]
+    # colours restart per column: the first list of every column is drawn alike
+    assert top[0].get_lines()[0].get_color() == top[1].get_lines()[0].get_color()
 
 
 def test_nested_preset_climbs_and_capability_nested_icqa_works(tmp_path):

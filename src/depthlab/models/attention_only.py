@@ -57,7 +57,9 @@ class AttentionOnlySpec(ModelSpec):
     width: int | None = Field(None, ge=1, description="hidden size d'; None = d + n (+ what the init needs)")
     attention: Literal["relu", "softmax"] = "relu"
     init: Literal["paper", "paper-first", "random"] = "paper"
-    qk_scale: float = Field(1.0, gt=0, description="paper init: W_QK uniform in [0, qk_scale)")
+    qk_scale: float = Field(1.0, gt=0, description="scale of W_QK at init: uniform in [0, qk_scale) (paper), "
+                                                  "N(0, 1/width)·qk_scale (random; paper-first's "
+                                                  "later layers N(0, 1/width))")
 
     family: ClassVar[type]
 

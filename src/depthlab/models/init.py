@@ -49,7 +49,9 @@ def attention_only_weight(kind: str, init: str, shape: list[int], generators: li
     paper = init == "paper" or (init == "paper-first" and kind == "qk" and first_layer)
     for r, gen in enumerate(generators):
         if not paper:
-            out[r] = torch.randn(shape, generator=gen) / width**0.5
+            # qk_scale shrinks W_QK under `random` only (paper-first's later layers stay as they were measured)
+            out[r] = torch.randn(shape, generator=gen) / width**0.5 * (qk_scale if (kind, init) == ("qk", "random")
+                                                                       else 1.0)
         elif kind == "qk":
             out[r] = torch.rand(shape, generator=gen) * qk_scale
         elif kind == "v":
