@@ -128,3 +128,28 @@ def test_nested_preset_climbs_and_capability_nested_icqa_works(tmp_path):
     assert all(set(c.accuracies) == {1, 2} for c in cells)  # 6 steps learn nothing: both depths tried
     summary, (table,) = min_depth_summary(cells, tmp_path / "nested.png", "tiny")
     assert Path(summary["figure"]).exists() and table.row_count == 2
+
+
+def test_finished_only_draws_from_the_done_runs_and_says_how_many(tmp_path):
+    from depthlab.api.reproduce import run_preset
+    from depthlab.errors import UserError
+    from depthlab.report.html import build_report
+    from depthlab.store import reproductions
+
+    def never(configs, label):
+        raise AssertionError("--finished-only trained")
+
+    store = Store(tmp_path / "store")
+    preset = load_preset("seed001-attention", "quick", FEW)
+    with pytest.raises(UserError, match="no run of seed001-attention"):
+        run_preset(preset, store, tmp_path, never, finished_only=True)
+    train_configs(preset.runs[:1], store, preset.name)
+    result, (table,) = run_preset(preset, store, tmp_path, never, finished_only=True)
+    assert result["partial"] == [1, len(preset.runs)] and Path(result["figure"]).exists()
+    assert f"(partial: 1 of {len(preset.runs)} runs)" in str(table.title)
+    (entry,) = reproductions(store.root)
+    assert entry["partial"] == [1, len(preset.runs)] and len(entry["run_ids"]) == 1
+    build_report(store, tmp_path / "report.html", examples=0)
+    assert f"from 1 of {len(preset.runs)} runs" in (tmp_path / "report.html").read_text()  # the gallery says so
+    with pytest.raises(UserError, match="--finished-only: seed001-nested climbs"):
+        run_preset(load_preset("seed001-nested", "quick", FEW), store, tmp_path, never, finished_only=True)

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..errors import UserError
 from ..store import record_reproduction
 from .training import open_store, train_configs
 
@@ -33,28 +34,46 @@ def climb_studies(studies: list[Study], store: Store, train: Train, label: str) 
     return [cell for study in studies for cell in climb(study, store, one_depth)]
 
 
-def run_preset(preset: Preset, store: Store, out: Path | None, train: Train,
-               vector: str | None = None) -> tuple[dict[str, Any], list[Table]]:
+def run_preset(preset: Preset, store: Store, out: Path | None, train: Train, vector: str | None = None,
+               finished_only: bool = False) -> tuple[dict[str, Any], list[Table]]:
     """Train a preset's runs (or climb its studies) with ``train``, then summarize them: the result object
     (``preset``, ``scale``, the summary's keys, ``seconds``, ``threads``) and the tables to show. The figure is
     ``<out or store/figures>/<name>-<scale>.png``, with its ``vector`` file (pdf, svg) next to it when asked; the
-    scale's ``options`` are passed to the summary as keyword arguments."""
+    scale's ``options`` are passed to the summary as keyword arguments.
+
+    ``finished_only``: train nothing and summarize the preset's runs already done in the store (a sweep preset
+    only: a study's runs are found by climbing). When some are missing the title says how many of how many were
+    drawn, the result and the store's manifest carry ``partial: [done, total]``."""
     import torch
 
     from ..report.summaries import preset_summary
 
     summarize = preset_summary(preset)  # an unknown summary fails before any training
+    if finished_only and preset.studies:
+        raise UserError(f"--finished-only: {preset.name} climbs capability studies, whose runs are chosen by "
+                        "training; allowed only for presets of sweeps")
     started = time.perf_counter()
     figure = (out or store.root / "figures") / f"{preset.name}-{preset.scale}.png"
+    title, partial = preset.title, None
     if preset.studies:
         run_ids: list[str] = []  # a study's runs are found by climbing; its cells do not keep their ids
-        summary, tables = summarize(climb_studies(preset.studies, store, train, preset.name), figure, preset.title,
+        summary, tables = summarize(climb_studies(preset.studies, store, train, preset.name), figure, title,
                                     vector=vector, **preset.options)
     else:
-        train(preset.runs, preset.name)
-        run_ids = [store.run_id(run.to_dict()) for run in preset.runs]
-        summary, tables = summarize(store, run_ids, figure, preset.title, vector=vector, **preset.options)
-    result = {"preset": preset.name, "scale": preset.scale, **summary,
+        run_ids = list(dict.fromkeys(store.run_id(run.to_dict()) for run in preset.runs))
+        if finished_only:
+            done = {r["id"] for r in store.find_runs(ids=run_ids) if r["status"] == "done"}
+            partial = [len(done), len(run_ids)] if len(done) < len(run_ids) else None
+            run_ids = [i for i in run_ids if i in done]
+            if not run_ids:
+                raise UserError(f"--finished-only: no run of {preset.name} --scale {preset.scale} is done in "
+                                f"{store.root}")
+            if partial:
+                title = f"{title} (partial: {partial[0]} of {partial[1]} runs)"
+        else:
+            train(preset.runs, preset.name)
+        summary, tables = summarize(store, run_ids, figure, title, vector=vector, **preset.options)
+    result = {"preset": preset.name, "scale": preset.scale, **summary, **({"partial": partial} if partial else {}),
               "seconds": round(time.perf_counter() - started, 1), "threads": torch.get_num_threads()}
     record_reproduction(store.root, manifest(preset, result, run_ids))
     return result, tables
@@ -85,19 +104,21 @@ def manifest(preset: Preset, result: dict[str, Any], run_ids: list[str]) -> dict
     return {"preset": preset.name, "scale": preset.scale, "title": preset.title, "reproduces": preset.reproduces,
             "figures": preset.figures, "note": preset.note, "overrides": preset.overrides, "command": command,
             "files": figure_files({k: v for k, v in result.items() if "figure" in k}), "run_ids": run_ids,
+            **({"partial": result["partial"]} if "partial" in result else {}),
             "seconds": result["seconds"], "finished": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
 
 
 def reproduce(name: str, scale: str = "quick", *, store: str | Path | Store | None = None,
               out: str | Path | None = None, progress: bool = False, log: str | list[str] = (),
-              group_size: int | None = None, **overrides: Any) -> dict[str, Any]:
+              group_size: int | None = None, finished_only: bool = False, **overrides: Any) -> dict[str, Any]:
     """Re-run the preset ``name`` (``seed001-depth``, …; ``depthlab reproduce --help`` lists them) at ``scale``
     (quick or paper) into ``store``, write its figure (into ``out``, default ``<store>/figures``), and return the
     object ``depthlab reproduce NAME --json`` prints: ``preset``, ``scale``, the summary (``rows``, ``figure``,
     …), ``seconds``, ``threads``. Runs already in the store are reused.
 
     ``overrides`` change every run of the preset, as ``--set`` does (``train__steps=500`` or
-    ``**{"train.steps": 500}``); ``progress``, ``log``, ``group_size`` as for :func:`depthlab.sweep`.
+    ``**{"train.steps": 500}``); ``progress``, ``log``, ``group_size`` as for :func:`depthlab.sweep`;
+    ``finished_only`` trains nothing and draws from the runs already done (see :func:`run_preset`).
     """
     from ..config import flat_fields
     from ..sweeps.presets import load_preset
@@ -111,4 +132,4 @@ def reproduce(name: str, scale: str = "quick", *, store: str | Path | Store | No
     def train(configs: list[Any], label: str) -> None:
         train_configs(configs, db, label, progress, log, group_size)
 
-    return run_preset(preset, db, Path(out) if out is not None else None, train)[0]
+    return run_preset(preset, db, Path(out) if out is not None else None, train, finished_only=finished_only)[0]

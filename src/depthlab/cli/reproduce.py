@@ -45,6 +45,9 @@ def reproduce(name: Annotated[str | None, typer.Argument(help="preset name, e.g.
               out: Annotated[Path | None, typer.Option(help="folder for figures (default: <store>/figures)")] = None,
               format_: FormatOpt = "png", device: DeviceOpt = None,
               group_size: GroupSizeOpt = None,
+              finished_only: Annotated[bool, typer.Option("--finished-only", help="train nothing: draw from the "
+                                                          "runs of this preset already done in the store (its "
+                                                          "title says how many when some are missing)")] = False,
               json_out: JsonOpt = False) -> None:
     """Re-run a seed's study from its preset and print its table; writes its figure. --list: every preset."""
     from ..api.reproduce import run_preset
@@ -65,7 +68,7 @@ def reproduce(name: Annotated[str | None, typer.Argument(help="preset name, e.g.
         console.print(f"[bold]{preset.title}[/] ({preset.reproduces}), scale {scale}: {preset.size}, "
                       f"{threads} threads. {preset.note}")
     result, tables = run_preset(preset, db, out, lambda configs, label: run_sweep(configs, db, group_size, json_out,
-                                                                                   label), vector)
+                                                                                   label), vector, finished_only)
     if json_out:
         emit(result)
         return

@@ -59,9 +59,12 @@ def _card(entry: dict[str, Any], seed: str) -> str:
     changed = (f' <span class="warn">Changed from the preset: <code>{esc(" ".join(overrides))}</code>.</span>'
                if overrides else "")
     runs = entry.get("run_ids") or []
+    partial = entry.get("partial")
+    drawn = (f' <span class="warn">Partial: drawn with <code>--finished-only</code> from {esc(partial[0])} of '
+             f'{esc(partial[1])} runs.</span>' if partial else "")
     facts = (f'<p class="legend">Drawn by <code>{esc(entry.get("command", ""))}</code> '
              f'({esc(entry.get("finished", "?"))}, {esc(entry.get("seconds", "?"))} s'
-             f'{f", {len(runs)} runs" if runs else ""}).{changed} Scale: {esc(entry.get("note", ""))}</p>')
+             f'{f", {len(runs)} runs" if runs else ""}).{changed}{drawn} Scale: {esc(entry.get("note", ""))}</p>')
     images = "".join(_image(p) for p in entry.get("files", [])) or '<p class="muted">no figure file recorded</p>'
     title = f'{", ".join(CAPTIONS[k].label for k in keys)} — {entry["preset"]} ({entry["scale"]})'
     return (f'<article class="gallery-item" id="{esc(anchor(entry))}" data-preset="{esc(entry["preset"])}" '
