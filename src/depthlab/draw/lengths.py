@@ -43,13 +43,13 @@ def heatmap_figure(rows: list[dict[str, Any]], title: str) -> Figure:
 
 
 def curves_figure(curve_sets: dict[tuple[str, str], list[dict[str, list]]], chance: dict[str, float],
-                  lengths: dict[str, int]) -> Figure:
+                  lengths: dict[str, int], title: str | None = None) -> Figure:
     """Validation accuracy against steps at one length, a panel per task, a colour per model (a line per seed);
-    one legend at the right."""
+    one legend under the panels (at the right it ran into a title); ``title`` above them."""
     tasks = list(dict.fromkeys(task for task, _ in curve_sets))
     models = list(dict.fromkeys(label for _, label in curve_sets))
     colors = {label: f"C{i % 10}" for i, label in enumerate(models)}
-    with new_figure(figsize=(3.0 * max(len(tasks), 1) + 1.4, 2.6)) as fig:
+    with new_figure(figsize=(3.0 * max(len(tasks), 1) + 1.4, 3.6)) as fig:
         axes = fig.subplots(1, max(len(tasks), 1), squeeze=False)[0]
         for ax, task in zip(axes, tasks, strict=False):
             for (t, label), runs in curve_sets.items():
@@ -64,7 +64,9 @@ def curves_figure(curve_sets: dict[tuple[str, str], list[dict[str, list]]], chan
             ax.set_xlabel("step")
             ax.set_title(f"{literal(task)}, N = {lengths[task]}")
         axes[0].set_ylabel("accuracy (validation)")
-        figure_legend(fig, axes, title="a line per seed")
+        figure_legend(fig, axes, loc="outside lower center", ncol=3, title="a line per seed", fontsize=8)
+        if title:
+            fig.suptitle(literal(title), fontsize=9)
     return fig
 
 

@@ -88,7 +88,8 @@ def lengths_summary(store: Store, run_ids: list[str], figure: Path, title: str, 
     figure = Path(figure)
     heat = save(heatmap_figure(rows, title), figure, vector)
     chosen = lengths.choose_curve_lengths(rows, curve_length)
-    curves = curves_figure(lengths.curves(store, rows, chosen), capability.chance_by_task(rows), chosen)
+    curves = curves_figure(lengths.curves(store, rows, chosen), capability.chance_by_task(rows), chosen,
+                           f"{title}: validation curves")
     curve_path = save(curves, figure.with_name(f"{figure.stem}-curves{figure.suffix}"), vector)
     out = {"rows": lengths.lengths_json(rows), "figure": str(heat), "curves_figure": str(curve_path),
            "curve_lengths": chosen}
