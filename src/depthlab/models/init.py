@@ -47,11 +47,11 @@ def attention_only_weight(kind: str, init: str, shape: list[int], generators: li
     if shapes_only():
         return torch.nn.Parameter(out)
     paper = init == "paper" or (init == "paper-first" and kind == "qk" and first_layer)
+    # qk_scale shrinks random W_QK under `random` only (paper-first's later layers stay as they were measured)
+    random_scale = qk_scale if (kind, init) == ("qk", "random") else 1.0
     for r, gen in enumerate(generators):
         if not paper:
-            # qk_scale shrinks W_QK under `random` only (paper-first's later layers stay as they were measured)
-            out[r] = torch.randn(shape, generator=gen) / width**0.5 * (qk_scale if (kind, init) == ("qk", "random")
-                                                                       else 1.0)
+            out[r] = torch.randn(shape, generator=gen) / width**0.5 * random_scale  # the order kept: same bits
         elif kind == "qk":
             out[r] = torch.rand(shape, generator=gen) * qk_scale
         elif kind == "v":
