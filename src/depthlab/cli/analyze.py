@@ -1,4 +1,4 @@
-"""``depthlab analyze attention|ablate|circuit|emergence``: looking inside a trained run.
+"""``depthlab analyze attention|ablate|circuit|emergence|label-sets``: looking inside a trained run.
 
 Figures go to the run's artifact folder (``<store>/artifacts/<run>/``; with ``--format pdf|svg`` each also as a
 vector file next to its PNG) and their paths are in the JSON. Examples
@@ -21,7 +21,7 @@ from .common import JsonOpt, StoreOpt, emit, open_run, show
 from .figures import FormatOpt, vector_format
 
 analyze_app = typer.Typer(no_args_is_help=True, help="Look inside a trained run: attention maps, ablations, circuits, "
-                                                     "emergence (seed 002 Appendix E, Figure 7).")
+                                                     "emergence (seed 002 Appendix E, Figure 7), label sets.")
 app.add_typer(analyze_app, name="analyze")
 
 RunArg = Annotated[str, typer.Argument(help="run id (or a unique prefix; see `depthlab runs`)")]
@@ -180,3 +180,34 @@ def emergence_cmd(run: RunArg, circuit: Annotated[Path, typer.Argument(help="cir
         return
     show(emergence_table(result, f"run {loaded.id}: emergence of the circuit's paths"))
     Console().print(f"figure: {figure}")
+
+
+@analyze_app.command("label-sets")
+def label_sets_cmd(run: RunArg, n: Annotated[int, typer.Option("-n", min=1, help="evaluation examples")] = 1000,
+                   seed: SeedOpt = 0, positions: Annotated[bool, typer.Option(
+                       "--positions", help="also put the rates of every position in the JSON")] = False,
+                   store: StoreOpt = None, json_out: JsonOpt = False) -> None:
+    """Seed 003 Eq-ncp: which prefixes miss the all-prefixes criterion; greedy copy accuracy beside it."""
+    from ..analysis.label_sets import check_multilabel, label_set_breakdown
+
+    _, loaded = open_run(store, run)
+    check_multilabel(loaded.task)
+    result = label_set_breakdown(loaded.model, loaded.task, _examples(loaded, n, seed, None))
+    if not positions:
+        result.pop("per_position")
+    result = {"run": loaded.id, "step": loaded.step, "task": loaded.task.name, **result}
+    if json_out:
+        emit(result)
+        return
+
+    def rate(value: float | None) -> str:
+        return "—" if value is None else f"{value:.3f}"
+
+    table = Table.of("prefixes", "label set right", "top label valid", "false positives", "strings copied (top label)",
+                     title_justify="center", title=f"run {loaded.id} (step {loaded.step}), {result['examples']} "
+                                                   f"strings: every prefix right {result['accuracy']:.3f}")
+    table.add_row(f"open ({result['open_prefixes']})", rate(result["open_sets_right"]), "", "", "")
+    table.add_row(f"determined ({result['determined_prefixes']})", rate(result["determined_sets_right"]),
+                  rate(result["determined_top1"]), rate(result["determined_false_positives"]),
+                  rate(result["determined_top1_all"]))
+    show(table)
