@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import torch
 
 from ..errors import UserError
@@ -89,6 +88,6 @@ def label_set_breakdown(model: torch.nn.Module, task: Task, batch: Batch) -> dic
     parts: list[dict[str, torch.Tensor]] = []
     for start in range(0, len(batch), CHUNK):
         x = torch.from_numpy(batch.inputs[start : start + CHUNK])[None]
-        y = torch.from_numpy(np.asarray(batch.targets[start : start + CHUNK]))
+        y = torch.from_numpy(batch.targets[start : start + CHUNK])
         parts.append(label_set_counts(model(x, read=read).outputs[0].float(), y))
     return summarize({k: torch.cat([p[k] for p in parts]) for k in parts[0]})

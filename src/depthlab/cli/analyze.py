@@ -188,10 +188,9 @@ def label_sets_cmd(run: RunArg, n: Annotated[int, typer.Option("-n", min=1, help
                        "--positions", help="also put the rates of every position in the JSON")] = False,
                    store: StoreOpt = None, json_out: JsonOpt = False) -> None:
     """Seed 003 Eq-ncp: which prefixes miss the all-prefixes criterion; greedy copy accuracy beside it."""
-    from ..analysis.label_sets import check_multilabel, label_set_breakdown
+    from ..analysis.label_sets import label_set_breakdown
 
     _, loaded = open_run(store, run)
-    check_multilabel(loaded.task)
     result = label_set_breakdown(loaded.model, loaded.task, _examples(loaded, n, seed, None))
     if not positions:
         result.pop("per_position")
