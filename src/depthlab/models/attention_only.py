@@ -11,7 +11,8 @@ Weights follow TransformerLens' row-vector convention (a position's representati
 W_QK (score = x_kᵀ W x_q, eq. 2 with columns) is its transpose; ``blocks.{l}.attn.W_V`` [heads, d', d'] with
 value = x W_V (the paper's W_V transposed); ``unembed.W_U`` [d', C] with logits = h_{n-1} W_U (W_O transposed).
 There is no causal mask (the paper's attention is bidirectional) and no MLP, LayerNorm or bias. Initialisations
-(``init``: paper, paper-first, random) and the constructed first layers are in ``models.init``.
+(``init``: paper, paper-first, random, and the last two with a bounded stream: paper-first-stream, random-stream) and
+the constructed first layers are in ``models.init``.
 
 Hook points (activations [R, B, …], per-head ones in TransformerLens' layout [R, B, pos, heads, …]):
 ``hook_embed`` (token one-hots, or the padded input vectors, in d' coordinates), ``hook_pos_embed`` (position
@@ -35,9 +36,9 @@ from pydantic import Field, field_validator, model_validator
 
 from .attention_kernels import LastQueryAttention, attention_pattern
 from .base import ModelSpec, RunModule, TaskShapes, register
-from .components import Unembed, fixed_table, through_head_hook
+from .components import Unembed, fixed_table, shapes_only, through_head_hook
 from .hooks import HookPoint
-from .init import attention_only_weight, paper_first_layer
+from .init import STREAM, attention_only_weight, bound_stream, drawn_as, paper_first_layer
 
 
 def one_hot_positions(n: int, d: int, width: int) -> torch.Tensor:
@@ -56,10 +57,14 @@ class AttentionOnlySpec(ModelSpec):
     heads: int | list[int] = Field(1, description="heads per layer: one number, or the paper's list [h1, h2, …]")
     width: int | None = Field(None, ge=1, description="hidden size d'; None = d + n (+ what the init needs)")
     attention: Literal["relu", "softmax"] = "relu"
-    init: Literal["paper", "paper-first", "random"] = "paper"
-    qk_scale: float = Field(1.0, gt=0, description="scale of W_QK at init: uniform in [0, qk_scale) (paper), "
-                                                  "N(0, 1/width)·qk_scale (random; paper-first's "
-                                                  "later layers N(0, 1/width))")
+    init: Literal["paper", "paper-first", "random", "paper-first-stream", "random-stream"] = Field(
+        "paper", description="paper (§9.1), paper-first (the constructed first layer, random weights after it), "
+                             "random; *-stream: those draws with each random layer's W_QK rescaled so that the "
+                             "residual stream stays O(1) at initialisation at any depth (ReLU attention)")
+    qk_scale: float = Field(1.0, gt=0, description="scale of W_QK at init: uniform in [0, qk_scale) (paper; "
+                                                  "paper-first's first layer), N(0, 1/width)·qk_scale (random; "
+                                                  "paper-first's later layers N(0, 1/width); no effect on the "
+                                                  "layers a *-stream init rescales)")
 
     family: ClassVar[type]
 
@@ -75,6 +80,9 @@ class AttentionOnlySpec(ModelSpec):
     def _heads_match_layers(self) -> AttentionOnlySpec:
         if isinstance(self.heads, list) and len(self.heads) != self.layers:
             raise ValueError(f"heads lists one number per layer: got {len(self.heads)} for {self.layers} layers")
+        if self.init.endswith(STREAM) and self.attention != "relu":
+            raise ValueError(f"init {self.init} bounds ReLU attention's stream; softmax attention is bounded "
+                             "without it (use paper-first or random)")
         return self
 
     @property
@@ -189,6 +197,8 @@ class AttentionOnly(RunModule):
         self.register_buffer("token_positions", table, persistent=False)
         if first:
             first.apply(self)
+        if spec.init.endswith(STREAM) and not shapes_only():
+            bound_stream(self, first_random=0 if drawn_as(spec.init) == "random" else 1)
         self.setup_hooks()
 
     @property
