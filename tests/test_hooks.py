@@ -190,5 +190,9 @@ def test_the_cache_takes_transformerlens_short_names():
     _, cache = make("transformer").run_with_cache(tokens())
     assert cache["pattern", 1] is cache["blocks.1.attn.hook_pattern"] is cache["attn", 1]
     assert cache["resid_post", 0] is cache["blocks.0.hook_resid_post"] and cache["embed"] is cache["hook_embed"]
-    with pytest.raises(KeyError, match="no cached hooks of layer 5"):
+    assert cache["pattern", -1] is cache["pattern", 1] and cache["k1"] is cache["blocks.1.attn.hook_k"]
+    with pytest.raises(KeyError, match=r"blocks\.5\.attn\.hook_pattern\) is not in the cache; did you mean "
+                                       r"blocks\.1\.attn\.hook_pattern"):
         cache["pattern", 5]
+    with pytest.raises(KeyError, match=r"did you mean blocks\.0\.attn\.hook_pattern, "):
+        cache["blocks.0.attn.hook_patern"]

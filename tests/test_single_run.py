@@ -69,7 +69,7 @@ def test_a_hook_that_replaces_a_pattern_acts_as_on_the_stacked_model(name):
     torch.testing.assert_close(ablated, expected[PICK])
     assert not torch.allclose(ablated, single(x))  # the hook changed the answer …
     assert seen == [(4, 3 if name == "attention_only" else 2, SHAPES.seq_len, SHAPES.seq_len)]
-    assert not any(point.fns for point in single.hook_dict.values())  # … and is gone afterwards
+    assert not any(point.active for point in single.hook_dict.values())  # … and is gone afterwards
 
 
 def test_transformerlens_names_and_shapes_and_gradients():

@@ -45,8 +45,9 @@ class LoadedRun:
         return self.config.task
 
 
-def load_run(store: Store, run_id: str) -> LoadedRun:
-    """Rebuild ``run_id``'s trained model from its config and checkpoint; UserError when that is impossible."""
+def load_run(store: Store, run_id: str, requires_grad: bool = False) -> LoadedRun:
+    """Rebuild ``run_id``'s trained model from its config and checkpoint (in eval mode; its parameters take
+    gradients only with ``requires_grad``: the analyses read, they do not train); UserError when impossible."""
     from ..config import parse_run
     from ..training.checkpoint import CheckpointError, load_checkpoint
 
@@ -70,7 +71,7 @@ def load_run(store: Store, run_id: str) -> LoadedRun:
         model.load_run_state_dict(0, weights)
     except ValueError as e:
         raise UserError(f"run {run_id}: {e}") from None
-    model.eval().requires_grad_(False)
+    model.eval().requires_grad_(requires_grad)
     return LoadedRun(run_id, record, config, model, int(meta.get("step", record["step"] or 0)))
 
 

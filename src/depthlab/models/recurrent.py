@@ -121,6 +121,16 @@ class SequenceStack(RunModule):
         self.unembed = Unembed(init.normal([d, shapes.n_classes]), init.const([shapes.n_classes], 0.0))
         self.setup_hooks()
 
+    attention: str | None = None  # cfg.attention: how the mixer weighs positions (linear, retention), if it does
+
+    def config_fields(self) -> dict[str, Any]:
+        mlp = getattr(self.blocks[0], "mlp", None)
+        heads = getattr(self.spec, "heads", None)
+        return {**super().config_fields(), "n_heads": heads or -1, "d_head": self.spec.width // heads if heads else -1,
+                "d_mlp": None if mlp is None else int(mlp.W_in.shape[-1]), "act_fn": None if mlp is None else "gelu",
+                "attention": self.attention, "attention_dir": "causal", "normalization_type": "RMS" if self.rms
+                else "LN", "positional_embedding_type": "standard" if hasattr(self, "pos_embed") else "none"}
+
     def build_layers(self, init: Init) -> None:
         """Register ``self.blocks`` (and whatever else the layers hold), drawing in layer order from ``init``."""
         raise NotImplementedError
