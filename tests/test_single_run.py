@@ -133,3 +133,27 @@ def test_load_model_at_a_kept_step(trained):
     assert not torch.equal(early.unembed.W_U, last.unembed.W_U)
     with pytest.raises(UserError, match="has weights at steps 10, 20"):
         store.load_model(run_id, step=15)
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_a_loaded_model_takes_gradients_and_trains_on(trained):
+    store, results, _ = trained
+    model = store.load_model(results[0].id)
+    assert all(p.requires_grad for p in model.parameters()) and model.task.name == "memorization"
+    batch = model.task.enumerate()
+    x, y = torch.from_numpy(batch.inputs), torch.from_numpy(batch.targets)
+    logits, cache = model.run_with_cache(x, detach=False)
+    loss = torch.nn.functional.cross_entropy(logits, y)
+    pattern_grad, = torch.autograd.grad(loss, cache["pattern", 0], retain_graph=True)
+    assert pattern_grad.shape == cache["pattern", 0].shape and pattern_grad.abs().sum() > 0
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)  # as the run trained
+    losses = []
+    for _ in range(5):  # training on from the trained weights lowers the loss further
+        optimizer.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0], losses
+    frozen = store.load_model(results[0].id, requires_grad=False)
+    assert not any(p.requires_grad for p in frozen.parameters()) and not frozen(x).requires_grad
