@@ -157,3 +157,25 @@ def test_a_loaded_model_takes_gradients_and_trains_on(trained):
     assert losses[-1] < losses[0], losses
     frozen = store.load_model(results[0].id, requires_grad=False)
     assert not any(p.requires_grad for p in frozen.parameters()) and not frozen(x).requires_grad
+
+
+def test_attention_command_draws_a_run_on_given_tokens(trained, depthlab_main):
+    import json
+
+    store, results, _ = trained
+    run_id, root = results[0].id, str(store.root)
+    code, out, err = depthlab_main("attention", run_id[:8], "--tokens", "a c -> _5", "--store", root, "--json")
+    assert code == 0, err
+    shown = json.loads(out)
+    model = store.load_model(run_id)
+    _, cache = model.run_with_cache("a c →")
+    assert shown["tokens"] == ["a", "c", "→"] and shown["target"] == "5" and len(shown["patterns"]) == 2
+    for layer, pattern in enumerate(shown["patterns"]):  # [layer][head][query][key], the model's own
+        torch.testing.assert_close(torch.tensor(pattern), cache["pattern", layer][0])
+    assert shown["prediction"] == model.task.labels[int(model("a c →").argmax())]
+    assert shown["figure"].endswith("attention-tokens.png") and (store.root / shown["figure"]).is_file()
+    code, out, err = depthlab_main("attention", run_id, "--example", "3", "--store", root, "--json")
+    assert code == 0 and json.loads(out)["figure"].endswith("attention-seed0-example3.png"), err
+    code, out, err = depthlab_main("attention", run_id, "--tokens", "a z ->", "--store", root)
+    assert code == 2 and err.strip().splitlines() == ["error: --tokens: unknown token 'z'; the memorization "
+                                                      "vocabulary is a b c d →"]

@@ -48,7 +48,7 @@ def test_the_task_vocabulary_reads_and_writes_tokens():
     assert Vocabulary(dyck.vocab, dyck.labels).to_str_tokens("([]) [") == ["(", "[", "]", ")", "["]  # run together
     lookup = depthlab.task("index_lookup")
     assert Vocabulary(lookup.vocab, lookup.labels).to_str_tokens("a1b c") == ["a1", "b", "c"]  # longest first
-    for call, match in ((lambda: vocab.to_tokens("a → z"), r"'z' is not a token of the icqa vocabulary \(a b c d"),
+    for call, match in ((lambda: vocab.to_tokens("a → z"), r"unknown token 'z'; the icqa vocabulary is a b c d"),
                         (lambda: vocab.to_tokens(["a → 1", "a"]), "different lengths"),
                         (lambda: vocab.to_tokens("a", prepend_bos=True), "no beginning-of-sequence token"),
                         (lambda: vocab.to_str_tokens(torch.zeros(2, 3, dtype=torch.long)), "one input at a time"),
@@ -227,3 +227,31 @@ def test_backward_hooks_see_the_gradient_of_their_activation(name):
     model.run_with_hooks(x, bwd_hooks=[(point, lambda grad, hook: torch.zeros_like(grad))]).sum().backward()
     assert not model.blocks[0].attn.W_V.grad.any()  # a returned gradient replaces it: nothing reaches layer 0
     assert not any(p.active for p in model.hook_dict.values())
+
+
+# ------------------------------------------------------------------------------------------- picture
+
+
+def test_one_call_draws_every_layer_and_head_of_a_cache():
+    from depthlab import draw
+
+    model = single("attention_only")
+    x = examples(3)
+    _, cache = model.run_with_cache(x)
+    fig = draw.attention(cache, model.to_str_tokens(x[1]), batch=1)
+    panels = [ax for ax in fig.axes if ax.get_visible() and ax.images and ax.get_label() != "<colorbar>"]
+    assert [ax.get_title() for ax in panels] == ["L0H0", "L1H0", "L1H1"]  # layer 0 has one head, layer 1 two
+    assert [t.get_text() for t in panels[0].get_xticklabels()] == model.to_str_tokens(x[1])
+    assert [t.get_text() for t in panels[2].get_yticklabels()] == model.to_str_tokens(x[1])
+    np.testing.assert_allclose(panels[2].images[0].get_array(), cache["pattern", 1][1, 1].numpy())
+    colorbars = [ax for ax in fig.axes if ax.get_label() == "<colorbar>"]
+    assert len(colorbars) == 1 and "relu" in colorbars[0].get_ylabel()
+    largest = max(float(cache["pattern", layer][1].max()) for layer in range(2))
+    assert panels[0].images[0].get_clim() == (0.0, pytest.approx(largest))  # one scale for every panel
+    own = draw.attention(cache, x, shared_scale=False)  # token ids, read by the cache's model
+    assert own.get_suptitle() == " ".join(model.to_str_tokens(x[0]))
+    assert "max" in own.axes[0].get_title() and own.axes[0].images[0].get_clim() == (0.0, 1.0)
+    with pytest.raises(ValueError, match="3 tokens for patterns over 8 positions"):
+        draw.attention(cache, ["a", "b", "c"])
+    with pytest.raises(ValueError, match="run axis"):
+        draw.attention(build_model(model.spec, model.shapes, [0]).run_with_cache(x[None])[1])

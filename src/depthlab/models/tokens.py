@@ -50,8 +50,7 @@ class Vocabulary:
         while i < len(piece):
             token = next((t for t in self.longest_first if t and piece.startswith(t, i)), None)
             if token is None:
-                raise ValueError(f"to_tokens: {piece!r} is not a token of the {self.name} vocabulary "
-                                 f"({self._listing(self.vocab)})")
+                raise ValueError(f"unknown token {piece!r}; the {self.name} vocabulary is {self._listing(self.vocab)}")
             out.append(token)
             i += len(token)
         return out
