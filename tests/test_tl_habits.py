@@ -233,8 +233,11 @@ def test_backward_hooks_see_the_gradient_of_their_activation(name):
 
 
 def test_one_call_draws_every_layer_and_head_of_a_cache():
+    import sys
+
     from depthlab import draw
 
+    assert depthlab.__getattr__("draw") is sys.modules["depthlab.draw"]  # depthlab.draw after `import depthlab`
     model = single("attention_only")
     x = examples(3)
     _, cache = model.run_with_cache(x)

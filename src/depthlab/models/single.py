@@ -8,7 +8,8 @@ and shows it the way TransformerLens shows a model:
   ``blocks.0.attn.W_Q`` [heads, d_model, d_head], ``unembed.W_U``), so ``state_dict()`` is a TransformerLens
   state dict and ``model.blocks[0].attn.W_Q`` is a tensor of TransformerLens' shape; ``model.W_Q`` … ``model.W_O``
   stack them over layers ([n_layers, n_heads, …]; layers with fewer heads padded with zero heads), ``model.QK`` and
-  ``model.OV`` are the circuits as factored matrices, ``model.W_E``, ``model.W_pos``, ``model.W_U`` the embeddings;
+  ``model.OV`` are the circuits as factored matrices ([n_layers, n_heads, d_model, d_model]), ``model.W_E``,
+  ``model.W_pos``, ``model.W_U`` the embeddings;
 - ``model.cfg`` is the model in TransformerLens' config names (:class:`~depthlab.models.cfg.ModelConfig`);
 - ``model(tokens)`` takes ``[batch, n]`` token ids (``[batch, n, d_in]`` vectors for vector tasks), or text in the
   task's vocabulary, and returns the logits at the read-out position, ``[batch, C]``; ``read="all"`` returns them
@@ -35,12 +36,17 @@ from torch.func import functional_call
 
 from .base import RunModule
 from .cfg import ModelConfig
-from .factored import FactoredMatrix
+from .factored import Circuits
 from .hooks import HookedModule, HookFn, HookPoint
 from .tokens import Vocabulary
 
 
-class SingleRunModel(HookedModule):
+def _per_layer_view(name: str) -> property:
+    """``model.<name>``: ``blocks.{l}.attn.<name>`` of every layer, stacked ([n_layers, n_heads, …])."""
+    return property(lambda self: self._per_layer(name), doc=f"blocks.{{l}}.attn.{name} stacked over layers")
+
+
+class SingleRunModel(Circuits, HookedModule):
     """One run of a family, without the run axis (see the module's docstring). ``spec`` and ``shapes`` are the
     run's model spec and task shapes, ``task`` its task where known; ``hook_names`` lists every hook point."""
 
@@ -150,8 +156,7 @@ class SingleRunModel(HookedModule):
 
     @property
     def b_U(self) -> torch.Tensor:
-        return getattr(self.unembed, "b_U", None) if hasattr(self.unembed, "b_U") else self.W_U.new_zeros(
-            self.W_U.shape[-1])
+        return self.unembed.b_U if hasattr(self.unembed, "b_U") else self.W_U.new_zeros(self.W_U.shape[-1])
 
     def _per_layer(self, name: str) -> torch.Tensor:
         """``blocks.{l}.attn.<name>`` stacked over layers, layers with fewer heads padded with zero heads."""
@@ -161,28 +166,7 @@ class SingleRunModel(HookedModule):
         heads = max(w.shape[0] for w in weights)
         return torch.stack([torch.cat([w, w.new_zeros(heads - w.shape[0], *w.shape[1:])]) for w in weights])
 
-    @property
-    def W_Q(self) -> torch.Tensor:
-        return self._per_layer("W_Q")
-
-    @property
-    def W_K(self) -> torch.Tensor:
-        return self._per_layer("W_K")
-
-    @property
-    def W_V(self) -> torch.Tensor:
-        return self._per_layer("W_V")
-
-    @property
-    def W_O(self) -> torch.Tensor:
-        return self._per_layer("W_O")
-
-    @property
-    def QK(self) -> FactoredMatrix:
-        """W_Q W_Kᵀ per layer and head, [n_layers, n_heads, d_model, d_model] (scores before any scaling)."""
-        return FactoredMatrix(self.W_Q, self.W_K.transpose(-2, -1))
-
-    @property
-    def OV(self) -> FactoredMatrix:
-        """W_V W_O per layer and head, [n_layers, n_heads, d_model, d_model]."""
-        return FactoredMatrix(self.W_V, self.W_O)
+    W_Q = _per_layer_view("W_Q")
+    W_K = _per_layer_view("W_K")
+    W_V = _per_layer_view("W_V")
+    W_O = _per_layer_view("W_O")
