@@ -47,20 +47,6 @@ def test_run_alone_equals_run_in_group_of_16(tmp_path):
         np.testing.assert_allclose(a, g, rtol=1e-4)
 
 
-def test_runs_leave_the_group_without_disturbing_others(tmp_path):
-    # Run 0 stops early on a reachable target, run 1 diverges (huge lr), run 2 trains to the end.
-    early = config(seed=0, target_accuracy=0.01)
-    diverging = config(seed=1, lr=1e30, target_accuracy=0.01)
-    normal = config(seed=2, target_accuracy=0.01)
-    store = Store(tmp_path)
-    results = train_group([early, diverging, normal], store)
-    assert store.get_run(Store.run_id(early.to_dict()))["status"] == "done"
-    assert store.get_run(Store.run_id(diverging.to_dict()))["status"] == "diverged"
-    alone = train_group([normal], Store(tmp_path / "alone"))
-    assert results[Store.run_id(normal.to_dict())]["loss"] == pytest.approx(
-        alone[Store.run_id(normal.to_dict())]["loss"], rel=1e-4)
-
-
 def test_diverged_run_is_marked_and_sweep_goes_on(tmp_path):
     store = Store(tmp_path)
     bad, good = config(seed=0, lr=1e30), config(seed=1)
