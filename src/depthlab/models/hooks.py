@@ -46,8 +46,11 @@ DIRECTIONS = ("fwd", "bwd")
 
 
 class HookPoint(torch.nn.Module):
-    """An identity in the forward pass that runs the hooks attached to it, in the order they were attached;
-    backward hooks (``bwd_fns``) are attached to the activation it passes on."""
+    """An identity in the forward pass that runs the hooks attached to it, in the order they were attached.
+
+    ``fns`` is what runs in the forward pass: the forward hooks, then, while backward hooks (``bwd_fns``) are
+    attached, the one function that attaches them to the activation (so an unused point still costs one loop over
+    an empty list)."""
 
     def __init__(self, read_only: bool = False) -> None:
         super().__init__()
@@ -56,10 +59,18 @@ class HookPoint(torch.nn.Module):
         self.fns: list[HookFn] = []
         self.bwd_fns: list[HookFn] = []
         self.permanent: list[HookFn] = []  # hooks that reset_hooks() keeps (is_permanent=True)
+        self.attacher: HookFn = self._attach_backward_hooks
 
     @property
     def active(self) -> bool:
-        return bool(self.fns or self.bwd_fns)
+        return bool(self.fns)
+
+    @property
+    def fwd_fns(self) -> list[HookFn]:
+        return [fn for fn in self.fns if fn is not self.attacher]
+
+    def _arrange(self, fwd: list[HookFn]) -> None:
+        self.fns[:] = fwd + ([self.attacher] if self.bwd_fns else [])
 
     def layer(self) -> int | None:
         """The block this point belongs to (``blocks.2.attn.hook_q`` -> 2), or None outside the blocks."""
@@ -72,23 +83,38 @@ class HookPoint(torch.nn.Module):
             raise ValueError(f"dir must be fwd or bwd (got {dir!r})")
         if dir == "bwd" and self.read_only:
             raise ValueError(f"{self.name} is computed beside the model's own computation: no gradient reaches it")
-        fns = self.fns if dir == "fwd" else self.bwd_fns
+        fwd = self.fwd_fns
+        fns = fwd if dir == "fwd" else self.bwd_fns
         fns.insert(0, fn) if prepend else fns.append(fn)
         if is_permanent:
             self.permanent.append(fn)
+        self._arrange(fwd)
 
     def remove_hook(self, fn: HookFn) -> None:
-        for fns in (self.fns, self.bwd_fns, self.permanent):
+        fwd = self.fwd_fns
+        for fns in (fwd, self.bwd_fns, self.permanent):
             if fn in fns:
                 fns.remove(fn)
+        self._arrange(fwd)
 
     def remove_hooks(self, dir: str = "both", including_permanent: bool = False) -> None:
         """Detach the hooks of direction ``dir`` (fwd, bwd or both), the permanent ones only when asked."""
-        for direction, fns in (("fwd", self.fns), ("bwd", self.bwd_fns)):
+        fwd = self.fwd_fns
+        for direction, fns in (("fwd", fwd), ("bwd", self.bwd_fns)):
             if dir in (direction, "both"):
                 fns[:] = [fn for fn in fns if fn in self.permanent and not including_permanent]
-        if including_permanent:
-            self.permanent = [fn for fn in self.permanent if fn in self.fns or fn in self.bwd_fns]
+        self.permanent = [fn for fn in self.permanent if fn in fwd or fn in self.bwd_fns]
+        self._arrange(fwd)
+
+    def _attach_backward_hooks(self, x: torch.Tensor, hook: HookPoint) -> torch.Tensor:
+        """Attach the backward hooks to ``x``, the point's output (the gradient they see is with respect to it)."""
+        if not torch.is_grad_enabled():
+            return x
+        if not x.requires_grad:  # a constant (seed 001's one-hot embedding): its gradient is computed for the hooks
+            x = x.detach().requires_grad_()
+        for fn in self.bwd_fns:
+            x.register_hook(lambda grad, fn=fn: fn(grad, self))
+        return x
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:  # not nn.Module.__call__: nothing to pay when unused
         for fn in self.fns:
@@ -98,11 +124,6 @@ class HookPoint(torch.nn.Module):
                     raise ValueError(f"{self.name} is computed beside the model's own computation: it can be read "
                                      "(run_with_cache), not replaced")
                 x = out
-        if self.bwd_fns and torch.is_grad_enabled():
-            if not x.requires_grad:  # a constant (seed 001's one-hot embedding): its gradient is computed for the hook
-                x = x.detach().requires_grad_()
-            for fn in self.bwd_fns:
-                x.register_hook(lambda grad, fn=fn: fn(grad, self))
         return x
 
     def extra_repr(self) -> str:
