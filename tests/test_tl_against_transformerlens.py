@@ -106,8 +106,9 @@ def test_weights_and_circuits_equal_transformerlens(pair):
         close(mine * (scale if name == "W_Q" else 1.0), other, name)
     close(ours.QK.AB * scale, theirs.QK.AB, "QK")
     close(ours.OV.AB, theirs.OV.AB, "OV")
-    assert (ours.cfg.n_layers, ours.cfg.n_heads, ours.cfg.d_head, ours.cfg.n_ctx) == (
-        theirs.cfg.n_layers, theirs.cfg.n_heads, theirs.cfg.d_head, theirs.cfg.n_ctx)
+    shared = ("n_layers", "n_heads", "d_head", "d_model", "attn_only", "n_ctx", "d_vocab", "d_vocab_out",
+              "attention_dir", "normalization_type", *(() if ours.cfg.attn_only else ("d_mlp", "act_fn")))
+    assert {f: getattr(ours.cfg, f) for f in shared} == {f: getattr(theirs.cfg, f) for f in shared}
 
 
 def test_hooks_act_as_in_transformerlens(pair):
