@@ -179,3 +179,5 @@ def test_attention_command_draws_a_run_on_given_tokens(trained, depthlab_main):
     code, out, err = depthlab_main("attention", run_id, "--tokens", "a z ->", "--store", root)
     assert code == 2 and err.strip().splitlines() == ["error: --tokens: unknown token 'z'; the memorization "
                                                       "vocabulary is a b c d →"]
+    code, out, err = depthlab_main("attention", run_id, "--out", root, "--store", root)  # a folder, not a file
+    assert code == 2 and err.startswith("error: --out: a file name ending in .png, .pdf or .svg")

@@ -104,6 +104,8 @@ def attention_picture_cmd(run: RunArg, tokens: Annotated[str | None, typer.Optio
     from ..draw import attention, save
 
     vector = vector_format(format_)
+    if out is not None and (out.is_dir() or out.suffix not in (".png", ".pdf", ".svg")):
+        raise UserError(f"--out: a file name ending in .png, .pdf or .svg (got {str(out)!r})")
     db, loaded = open_run(store, run)
     if not loaded.model.heads_per_layer:
         raise UserError(f"attention: run {loaded.id} is a {loaded.config.model.name} model, which has no attention")
