@@ -37,8 +37,9 @@ def documented(name: str, model) -> dict[str, tuple[int, ...]]:
     width = model.width if name == "attention_only" else spec.width
     out = {"hook_embed": (R, B, N, width)}
     per_layer = {"hook_resid_pre": (R, B, N, width), "hook_resid_post": (R, B, N, width)}
-    if name in ("attention_only", "transformer"):
+    if name in ("attention_only", "transformer", "linear_transformer"):  # positions added to the tokens
         out["hook_pos_embed"] = (R, B, N, width)
+    if name in ("attention_only", "transformer"):
         per_layer["hook_attn_out"] = (R, B, N, width)
     if name == "transformer":
         heads, dh = spec.heads, spec.head_size

@@ -174,6 +174,21 @@ def test_cache_helpers_add_up_to_the_stream(name):
         build_model(model.spec, model.shapes, [0]).run_with_cache(examples()[None])[1].stack_head_results()
 
 
+@pytest.mark.parametrize(("name", "fields"), [("linear_transformer", {"layers": 2, "heads": 2, "width": 16}),
+                                             ("mamba", {"layers": 2, "width": 8})])
+def test_the_recurrent_families_decompose_too(name, fields):
+    spec = MODELS[name](name=name, **fields)
+    model = SingleRunModel(build_model(spec, TaskShapes.of(ICQA), [0]).double(), ICQA)
+    _, cache = model.run_with_cache(examples())
+    parts, labels = cache.decompose_resid(return_labels=True)
+    torch.testing.assert_close(parts.sum(0), cache["resid_post", -1])  # positions, mixers and MLPs: the whole stream
+    assert labels == {"linear_transformer": ["embed", "pos_embed", "0_attn_out", "0_mlp_out", "1_attn_out",
+                                             "1_mlp_out"],
+                      "mamba": ["embed", "0_mixer_out", "1_mixer_out"]}[name]
+    with pytest.raises(KeyError, match="not the LSTM"):
+        single("lstm").run_with_cache(examples())[1].decompose_resid()
+
+
 # ------------------------------------------------------------------------------------------- hooks
 
 

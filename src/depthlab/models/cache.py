@@ -158,7 +158,8 @@ class ActivationCache(dict):
             return name, f"{layer}_attn_out"
         found = [k for k in self if re.fullmatch(rf"blocks\.{layer}\.hook_\w+_out", k) and not k.endswith("mlp_out")]
         if len(found) != 1:
-            raise KeyError(f"blocks.{layer}: no attention output in the cache (run_with_cache with its hook_*_out)")
+            raise KeyError(f"blocks.{layer}: no output of its own in the cache (hook_attn_out or hook_*_out): "
+                           "decompose_resid needs a model whose blocks add to a residual stream (not the LSTM)")
         return found[0], f"{layer}_{found[0].rsplit('hook_', 1)[1]}"
 
     def decompose_resid(self, layer: int | None = None, mlp_input: bool = False, mode: str = "all",

@@ -15,11 +15,12 @@ with the length: ``kv_cache_size`` gives it for tables that put both side by sid
 
 A family gives its :class:`Mixer` (``blocks.{l}.<name>``: ``attn``, ``ret``, ``ssm``, ``mixer``). A mixer computes
 the layer in its parallel (training) form, transcribes the recurrence step by step (``recurrent``, for tests),
-and gives its state at every position (``states``). Hook points: ``hook_embed``, ``blocks.{l}.hook_resid_pre``,
-``blocks.{l}.hook_<name>_out``, ``hook_resid_mid`` and ``hook_mlp_out`` (with an MLP), ``hook_resid_post``, and
-``blocks.{l}.hook_state``: the state after every position, [R, B, n, …] with ``state_size / layers`` numbers
-per position (complex ones for DSS), computed only when that hook is attached, read-only. Nothing is masked:
-padding tokens (index lookup, equality) are ordinary tokens that the model reads and learns to ignore.
+and gives its state at every position (``states``). Hook points: ``hook_embed`` (and ``hook_pos_embed`` with learned
+positions), ``blocks.{l}.hook_resid_pre``, ``blocks.{l}.hook_<name>_out``, ``hook_resid_mid`` and ``hook_mlp_out``
+(with an MLP), ``hook_resid_post``, and ``blocks.{l}.hook_state``: the state after every position, [R, B, n, …] with
+``state_size / layers`` numbers per position (complex ones for DSS), computed only when that hook is attached,
+read-only. Nothing is masked: padding tokens (index lookup, equality) are ordinary tokens that the model reads and
+learns to ignore.
 """
 
 from __future__ import annotations
@@ -116,6 +117,8 @@ class SequenceStack(RunModule):
         if learned_positions:
             self.pos_embed = PosEmbed(shapes.seq_len, d, init)
         self.hook_embed = HookPoint()
+        if learned_positions:
+            self.hook_pos_embed = HookPoint()
         self.build_layers(init)
         self.ln_final = LayerNorm(d, init, self.rms)
         self.unembed = Unembed(init.normal([d, shapes.n_classes]), init.const([shapes.n_classes], 0.0))
@@ -139,7 +142,7 @@ class SequenceStack(RunModule):
         """[R, B, n, d] from token ids [R, B, n] or vectors [R, B, n, d_in] (W_E then projects)."""
         x = self.hook_embed(self.embed(inputs))
         if hasattr(self, "pos_embed"):
-            x = x + self.pos_embed(inputs.shape[2])
+            x = x + self.hook_pos_embed(self.pos_embed(inputs.shape[2]).expand_as(x))
         return x
 
     def body(self, x: torch.Tensor) -> torch.Tensor:
