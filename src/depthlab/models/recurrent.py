@@ -142,7 +142,8 @@ class SequenceStack(RunModule):
         """[R, B, n, d] from token ids [R, B, n] or vectors [R, B, n, d_in] (W_E then projects)."""
         x = self.hook_embed(self.embed(inputs))
         if hasattr(self, "pos_embed"):
-            x = x + self.hook_pos_embed(self.pos_embed(inputs.shape[2]).expand_as(x))
+            positions = self.pos_embed(inputs.shape[2])  # [R, 1, n, d]: broadcast, unless a hook asks for [R, B, n, d]
+            x = x + (self.hook_pos_embed(positions.expand_as(x)) if self.hook_pos_embed.active else positions)
         return x
 
     def body(self, x: torch.Tensor) -> torch.Tensor:
