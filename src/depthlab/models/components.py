@@ -25,8 +25,8 @@ from .hooks import HookPoint
 def per_run(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """x [R, …, d] @ w [R, d, e] as one matrix product per run (not one per batch element)."""
     if x.dim() == 3:  # already [R, rows, d]: no reshapes (each is a node autograd walks back through)
-        return x @ w
-    return (x.reshape(x.shape[0], -1, x.shape[-1]) @ w).view(*x.shape[:-1], w.shape[-1])
+        return torch.bmm(x, w)  # not ``@``: matmul's broadcasting logic adds ten operations around the bmm
+    return torch.bmm(x.reshape(x.shape[0], -1, x.shape[-1]), w).view(*x.shape[:-1], w.shape[-1])
 
 
 def bias(b: torch.Tensor, like: torch.Tensor) -> torch.Tensor:

@@ -15,6 +15,7 @@ bfloat16 on either device. No other module of depthlab's training path names CUD
 from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
+from typing import Any
 
 import numpy as np
 import torch
@@ -34,20 +35,19 @@ def check_device_name(name: str, field: str = "train.device") -> None:
 def resolve_device(name: str, field: str = "train.device") -> torch.device:
     """The torch device ``name`` stands for; a UserError naming ``field`` for a device this machine lacks."""
     check_device_name(name, field)
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cpu":
+    if name == "cpu" or (name == "auto" and not torch.cuda.is_available()):
         return torch.device("cpu")
     if not torch.cuda.is_available():
         build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
         raise UserError(f"{field}: {name} asked for, but PyTorch sees no CUDA GPU here (torch {torch.__version__}, "
                         f"{build}); use --device cpu (or auto), or install a CUDA build of torch (README, GPUs)")
-    device = torch.device(name)
+    device = torch.device("cuda" if name == "auto" else name)
     count = torch.cuda.device_count()
     if device.index is not None and device.index >= count:
         raise UserError(f"{field}: {name} asked for, but only {count} GPU{'s' if count != 1 else ''} "
                         f"{'are' if count != 1 else 'is'} visible (cuda:0 to cuda:{count - 1})")
-    return device
+    # the GPU itself, not "whichever is current": what a run's final metrics record as its device
+    return device if device.index is not None else torch.device("cuda", torch.cuda.current_device())
 
 
 def asks_for_gpu(name: str) -> bool:
@@ -59,7 +59,7 @@ def gpus_for(name: str) -> list[str]:
     """The devices the local executor spreads groups over: every visible GPU for ``cuda`` (or ``auto`` with
     GPUs); the one named device otherwise."""
     device = resolve_device(name)
-    if device.type == "cuda" and device.index is None:
+    if device.type == "cuda" and name in ("cuda", "auto"):
         return [f"cuda:{i}" for i in range(torch.cuda.device_count())]
     return [str(device)]
 
@@ -83,6 +83,29 @@ def to_device(array: np.ndarray | torch.Tensor, device: torch.device) -> torch.T
     if device.type == "cpu":
         return tensor
     return tensor.pin_memory().to(device, non_blocking=True)
+
+
+def copy_to(destination: torch.Tensor, array: np.ndarray) -> None:
+    """Copy a host array into ``destination`` (of its shape's size): directly on the CPU, from pinned memory
+    without blocking on CUDA (the copy is ordered after the work already queued that reads ``destination``)."""
+    source = torch.from_numpy(array).view(destination.shape)
+    if destination.device.type == "cpu":
+        destination.copy_(source)
+    else:
+        destination.copy_(source.pin_memory(), non_blocking=True)
+
+
+def profiler_activities(device: torch.device) -> list[torch.profiler.ProfilerActivity]:
+    """What ``torch.profiler`` records for a step on ``device``: host operations, and the GPU's kernels."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    return activities
+
+
+def is_device_event(event: Any) -> bool:
+    """Whether a profiler event is work on a GPU (a kernel, a copy or a memset), not a host operation."""
+    return event.device_type == torch.autograd.DeviceType.CUDA
 
 
 def synchronize(device: torch.device) -> None:

@@ -91,7 +91,7 @@ def forward_flops(config: RunConfig) -> float:
     return m.layers * per_layer + 2 * d * classes
 
 
-def _configs(case: Case, runs: int, precision: str, device: str = "cpu") -> list[RunConfig]:
+def bench_configs(case: Case, runs: int, precision: str, device: str = "cpu") -> list[RunConfig]:
     return [parse_run({**case.raw, "train": {**case.raw["train"], "precision": precision, "steps": 10**6,
                                              "eval_every": 10**6, "device": device}, "seed": s})
             for s in range(runs)]
@@ -159,14 +159,14 @@ def run_benchmark(run_counts: list[int], cases: list[str] | None = None, min_sec
     both = where.type != "cpu"
     plan = [(c, p) for c in chosen for p in (["fp32", "bf16"] if both or c.name == "icqa-paper" else ["fp32"])]
     for case, precision in plan:
-        base = _configs(case, 1, precision, device)[0]
+        base = bench_configs(case, 1, precision, device)[0]
         flops = 3 * forward_flops(base)
         plain_rates: list[float] = []
         measured: dict[int, list[tuple[float, float]]] = {runs: [] for runs in run_counts}
         for _ in range(rounds):
             plain_rates.append(plain_loop(base, min_seconds))
             for runs in run_counts:
-                measured[runs].append(engine(_configs(case, runs, precision, device), min_seconds))
+                measured[runs].append(engine(bench_configs(case, runs, precision, device), min_seconds))
         plain = statistics.median(plain_rates)
         for runs in run_counts:
             rate = statistics.median(r for r, _ in measured[runs])
