@@ -21,9 +21,14 @@ does not see); ``select_runs`` rebuilds the buffers when runs leave.
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 
+# A parameter that is a strided view of a buffer gets its gradient as a view with the same strides; autograd
+# warns once that such a gradient does not follow its layout rule for non-dense parameters (a contiguous
+# gradient), which matters for DDP's buckets, not here: the gradient lives where the update reads it.
+warnings.filterwarnings("ignore", message="grad and param do not obey the gradient layout contract")
 STATES = {"sgd": ("momentum_buffer",), "adamw": ("exp_avg", "exp_avg_sq")}
 
 
