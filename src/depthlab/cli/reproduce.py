@@ -20,6 +20,7 @@ from .common import (
     JsonOpt,
     SetOpt,
     StoreOpt,
+    WorkersOpt,
     check_executor,
     console,
     emit,
@@ -43,7 +44,7 @@ def reproduce(name: Annotated[str | None, typer.Argument(help="preset name, e.g.
               = "quick",
               set_: SetOpt = None, store: StoreOpt = None,
               out: Annotated[Path | None, typer.Option(help="folder for figures (default: <store>/figures)")] = None,
-              format_: FormatOpt = "png", device: DeviceOpt = None,
+              format_: FormatOpt = "png", device: DeviceOpt = None, workers: WorkersOpt = None,
               group_size: GroupSizeOpt = None,
               finished_only: Annotated[bool, typer.Option("--finished-only", help="train nothing: draw from the "
                                                           "runs of this preset already done in the store (its "
@@ -61,7 +62,7 @@ def reproduce(name: Annotated[str | None, typer.Argument(help="preset name, e.g.
                         "lists them)")
 
     vector = vector_format(format_)
-    preset = load_preset(name, scale, with_device(set_, device))
+    preset = load_preset(name, scale, with_device(set_, device, workers=workers))
     threads = setup_threads()
     db = open_store(store)
     if not json_out:
@@ -126,6 +127,7 @@ def capability(
                                                          "<store>/figures/capability-TASK.png)")] = None,
         format_: FormatOpt = "png", store: StoreOpt = None, group_size: GroupSizeOpt = None,
         executor: ExecutorOpt = "local", address: AddressOpt = None, device: DeviceOpt = None,
+        workers: WorkersOpt = None,
         json_out: JsonOpt = False) -> None:
     """The smallest depth at which a strict majority of seeds reach --target on held-out data, per width.
 
@@ -141,7 +143,7 @@ def capability(
 
     check_executor(executor, address)
     vector = vector_format(format_)
-    overrides = cap.task_overrides(with_device(set_, device, executor))
+    overrides = cap.task_overrides(with_device(set_, device, executor, workers))
     base = apply_overrides(cap.default_base(task, model, recipe(CAPABILITY_RECIPE)), overrides)
     study = cap.Study(base, cap.parse_layers(layers), list(range(seeds)), cap.parse_target(target),
                       cap.parse_widths(widths), cap.parse_vary(vary))
