@@ -11,7 +11,7 @@ from ..config import RunConfig
 from ..errors import UserError
 from ..store import Store
 from ..training.checkpoint import SIDECAR, WEIGHTS, load_checkpoint
-from ..training.device import free_memory, gpus_for, resolve_device
+from ..training.device import free_memory, gpus_for, graph_plan, resolve_device
 from ..training.engine import TERMINAL, group_key, train_group
 from ..training.footprint import footprint
 from ..training.tracking import Tracker
@@ -126,10 +126,13 @@ def run_local(configs: list[RunConfig], store: Store, group_size: int | None = N
     that many workers on each device (several groups at once on one GPU); the others train in this process."""
     check_checkpoints(configs, store)
     results: dict[str, dict[str, Any]] = {}
-    # every group's device first: one this machine lacks is refused before any run trains
+    # every group's device first: one this machine lacks (or cuda_graph: on without CUDA) is refused before any
+    # run trains
     placed: dict[tuple[tuple[str, ...], str], list[list[RunConfig]]] = {}
     for group in plan_groups(configs, group_size):
-        key = (tuple(gpus_for(group[0].train.device)), str(group[0].train.workers_per_device))
+        train = group[0].train
+        key = (tuple(gpus_for(train.device)), str(train.workers_per_device))
+        graph_plan(train.cuda_graph, resolve_device(key[0][0]), train.compile)  # `on` without CUDA: refused now
         placed.setdefault(key, []).append(group)
     slots = {key: [d for d in key[0] for _ in range(workers_per_device(groups, key[0][0]))]
              for key, groups in placed.items()}

@@ -10,10 +10,16 @@ points only: no host synchronisation per step).
 Precision: ``fp32`` on CUDA lets matrix products use TF32 (``torch.set_float32_matmul_precision("high")``, what
 PyTorch recommends for training on Ampere and later); the results record it as ``tf32``. ``bf16`` is autocast to
 bfloat16 on either device. No other module of depthlab's training path names CUDA (``tests/test_architecture.py``).
+
+CUDA graphs (``train.cuda_graph``, :class:`GraphedStep`): on CUDA a group's whole training step (forward, loss,
+backward, the optimizer, the train metrics' sums) is captured once after a few warm-up steps and replayed at
+every later step, one launch instead of hundreds; the batch is copied into the graph's input buffers first,
+evaluation and logging run outside it, and a group whose runs change captures again.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
@@ -73,8 +79,12 @@ def prepare(device: torch.device, precision: str) -> str:
 
 
 def autocast(device: torch.device, precision: str) -> AbstractContextManager:
-    """bfloat16 autocast on ``device`` for ``bf16``; nothing for fp32."""
-    return torch.autocast(device.type, dtype=torch.bfloat16) if precision == "bf16" else nullcontext()
+    """bfloat16 autocast on ``device`` for ``bf16``; nothing for fp32. On CUDA without autocast's cache of cast
+    weights, which a CUDA graph cannot hold (PyTorch's graph notes): the casts are recomputed, the values are the
+    same."""
+    if precision != "bf16":
+        return nullcontext()
+    return torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=device.type != "cuda")
 
 
 def to_device(array: np.ndarray | torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -120,3 +130,75 @@ def free_memory(device: torch.device) -> int | None:
         return None
     free, _ = torch.cuda.mem_get_info(device)
     return int(free)
+
+
+GRAPH_WARMUP_STEPS = 3  # eager steps on the capture stream before each capture (PyTorch's whole-network recipe)
+
+
+def graph_plan(mode: str, device: torch.device, compiled: bool) -> str | None:
+    """None when a group's step is to be captured as a CUDA graph (``train.cuda_graph`` auto or on, on CUDA);
+    otherwise how it runs instead, in one line. ``on`` where there is no CUDA is a UserError: it promises a GPU."""
+    if mode == "off":
+        return "eager (train.cuda_graph: off)"
+    if device.type != "cuda":
+        if mode == "on":
+            raise UserError(f"train.cuda_graph: on needs a CUDA GPU, and this group trains on {device}; "
+                            "use auto (graphs where there is CUDA) or off")
+        return f"eager ({device.type})"
+    if compiled:
+        return "eager (train.compile: torch.compile makes its own graphs)"
+    return None
+
+
+class GraphedStep:
+    """A training step replayed as one CUDA graph: PyTorch's whole-network capture (``torch.cuda.graph``).
+
+    ``step(*inputs)`` must be capturable: the same kernels on the same memory every call (forward, loss,
+    backward, optimizer, metric sums into tensors that live across steps), no host synchronisation. The first
+    ``warmup`` calls run it eagerly on a side stream (lazy initialisations — cuBLAS handles, autograd's streams —
+    happen outside the capture); the next call copies its inputs into static buffers, captures ``step`` on
+    them on that same stream (recorded, not run) and replays the graph; every later call copies its inputs into
+    the buffers and replays. :meth:`reset` (the tensors the step touches were replaced: runs left the group)
+    starts over with warm-up and a new capture. A capture that fails (an operation a graph cannot hold) runs that
+    call's step eagerly and leaves ``failure`` set, one line: the caller then trains eagerly.
+    """
+
+    def __init__(self, step: Callable[..., None], device: torch.device, warmup: int = GRAPH_WARMUP_STEPS) -> None:
+        self.step, self.device, self.warmup = step, device, warmup
+        self.stream = torch.cuda.Stream(device)
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.static: tuple[torch.Tensor, ...] = ()
+        self.eager_calls = 0
+        self.captures = 0
+        self.failure: str | None = None
+
+    def reset(self) -> None:
+        self.graph, self.static, self.eager_calls = None, (), 0
+
+    def __call__(self, *inputs: torch.Tensor) -> None:
+        if self.graph is not None:
+            for static, value in zip(self.static, inputs, strict=True):
+                static.copy_(value)
+            self.graph.replay()
+            return
+        current = torch.cuda.current_stream(self.device)
+        if self.eager_calls < self.warmup:
+            self.stream.wait_stream(current)
+            with torch.cuda.stream(self.stream):
+                self.step(*inputs)
+            current.wait_stream(self.stream)
+            self.eager_calls += 1
+            return
+        self.static = tuple(t.clone() for t in inputs)
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph, stream=self.stream):
+                self.step(*self.static)
+        except RuntimeError as e:  # nothing ran during the capture: this call's step runs eagerly instead
+            self.failure = " ".join(str(e).split())[:200] or type(e).__name__
+            self.static = ()
+            self.step(*inputs)
+            return
+        self.graph = graph
+        self.captures += 1
+        graph.replay()

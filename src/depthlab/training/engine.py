@@ -28,7 +28,7 @@ from ..models import TaskShapes, build_model
 from ..store import Store, atomic_write_bytes
 from .checkpoint import STOP_SIGNALS, WEIGHTS, CheckpointError, load_checkpoint, save_checkpoint
 from .data import EVAL_SEED, DataStream, GroupBatches, eval_set
-from .device import autocast, prepare, resolve_device
+from .device import GraphedStep, autocast, graph_plan, prepare, resolve_device
 from .evaluate import evaluate, read_tensor
 from .footprint import check_group
 from .objectives import per_run_correct, per_run_loss
@@ -99,6 +99,9 @@ class Group:
         self.ones = torch.ones(len(self.runs), device=self.device)
         self.batches = GroupBatches([run.stream for run in self.runs], self.device)
         self.losses = torch.compile(self.batch_losses, backend=COMPILE_BACKEND) if t.compile else self.batch_losses
+        # how the step runs: None = to be replayed as a CUDA graph (device.GraphedStep), else why not (one line)
+        self.eager_because = graph_plan(t.cuda_graph, self.device, t.compile)
+        self.graphed = GraphedStep(self.train_step, self.device) if self.eager_because is None else None
         self.started = time.perf_counter()
         self.data_seconds = 0.0  # time the steps waited for their batches (the benchmark's data share)
         self.results: dict[str, dict[str, Any]] = {}
@@ -132,14 +135,25 @@ class Group:
         self.hit_sums.add_(math.nan if hits is None else hits)
 
     def step(self) -> None:
-        self.train_step(*self.next_batch())
+        x, y = self.next_batch()
+        if self.graphed is None:
+            self.train_step(x, y)
+        else:
+            self.graphed(x, y)
+            if self.graphed.failure is not None:  # the step cannot be a graph: eager from now on, and say why
+                self.eager_because = f"eager (CUDA graph capture failed: {self.graphed.failure})"
+                self.graphed = None
         for run in self.runs:
             run.step += 1
             run.seen += self.train.batch_size
 
-    def graph_note(self) -> str | None:
-        """How the step runs: None (eagerly, as asked or on the CPU)."""
-        return None
+    def step_mode(self) -> str:
+        """How the steps ran, one line (what the final metrics record as ``step_mode``)."""
+        if self.graphed is None:
+            return self.eager_because or "eager"
+        if self.graphed.captures:
+            return f"cuda graph (captured {self.graphed.captures} time{'s' if self.graphed.captures > 1 else ''})"
+        return f"eager (ended within the {self.graphed.warmup} warm-up steps before a CUDA graph capture)"
 
     # --- metrics, early stop, divergence, checkpoints -----------------------------------------------
     def after_step(self) -> None:
@@ -204,7 +218,7 @@ class Group:
                 "eval_examples": len(self.evaluation), "exhaustive": self.exhaustive,
                 "eval_protocol": self.task.eval_protocol, "seconds": round(time.perf_counter() - self.started, 3),
                 "group_size": self.group_size, "threads": torch.get_num_threads(), "precision": self.precision,
-                "device": str(self.device),
+                "device": str(self.device), "step_mode": self.step_mode(),
             }
             if partial:
                 final["partial_losses"] = {name: float(value[r]) for name, value in partial.items()}
@@ -227,6 +241,8 @@ class Group:
         self.loss_sums, self.hit_sums = self.sums.unbind(1)
         self.batches.select_runs(keep)
         self.runs = [self.runs[r] for r in keep]
+        if self.graphed is not None:  # the graph read and wrote the tensors just replaced: capture again
+            self.graphed.reset()
 
     def save(self, r: int, final: bool = False) -> None:
         """Checkpoint run r: weights, optimizer state, data stream, and the train metrics since the last log."""

@@ -6,7 +6,8 @@ overhead. So the count is the engine's figure of merit beside examples per secon
 machine.
 
 For each case of ``training.throughput`` and group size, a group is built as the engine builds it, trained a few
-steps (the optimizer's state, the data stream and the autotuners settle), then ``steps`` steps are profiled:
+steps (the optimizer's state, the data stream and the autotuners settle; on CUDA the step is captured as a graph
+then, and the profiled steps are its replays), then ``steps`` steps are profiled:
 
 - ``ops``: every ATen operation, nested ones included (``aten::reshape`` calling ``aten::view`` counts two;
   what ``torch.profiler``'s ``key_averages`` sums), per step;
@@ -26,7 +27,7 @@ import torch
 from torch.profiler import profile
 
 from ..store import Store
-from .device import is_device_event, profiler_activities, resolve_device, synchronize
+from .device import GRAPH_WARMUP_STEPS, is_device_event, profiler_activities, resolve_device, synchronize
 from .engine import Group
 from .throughput import CASES, Case, bench_configs
 
@@ -45,7 +46,8 @@ def _counted(fn: Callable[[], Any], times: int, device: torch.device) -> dict[st
     return {"ops": len(aten) / times, "top_ops": len(top) / times, "kernels": len(kernels) / times}
 
 
-def count_case(case: Case, runs: int, device: str = "cpu", steps: int = 5, warmup: int = 3) -> dict[str, Any]:
+def count_case(case: Case, runs: int, device: str = "cpu", steps: int = 5,
+               warmup: int = GRAPH_WARMUP_STEPS + 2) -> dict[str, Any]:
     """The operation counts of one training step of ``case`` with ``runs`` runs in the group."""
     configs = bench_configs(case, runs, "fp32", device)
     with tempfile.TemporaryDirectory() as folder:
@@ -67,10 +69,10 @@ def count_case(case: Case, runs: int, device: str = "cpu", steps: int = 5, warmu
             group.losses(x, y)[0].sum().backward()
 
         both, without = _counted(backward_then_update, steps, where), _counted(backward_only, steps, where)
-        graphed = group.graph_note()
+        mode = group.step_mode()
     row = {"name": case.name, "runs": runs, "device": str(where), "parameter_tensors": len(group.names),
            "ops": whole["ops"], "top_ops": whole["top_ops"], "optimizer_ops": both["ops"] - without["ops"],
-           "data_ops": data["ops"], "step_graph": graphed}
+           "data_ops": data["ops"], "step_mode": mode}
     if where.type != "cpu":
         row["kernels"] = whole["kernels"]
     return row
