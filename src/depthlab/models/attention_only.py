@@ -210,7 +210,7 @@ class AttentionOnly(RunModule):
             tokens = torch.nn.functional.embedding(inputs, self.one_hot)
         else:
             rows = torch.add(self.token_offsets, inputs, alpha=self.n)  # (token, position) -> token · n + position
-            return torch.nn.functional.embedding(rows, self.token_positions)
+            return self.token_positions[rows]  # an index, not F.embedding: the same rows in 4 operations, not 10
         return self.hook_embed(tokens) + self.hook_pos_embed(self.positions.expand_as(tokens))
 
     def logits(self, inputs: torch.Tensor, read: torch.Tensor | None = None) -> torch.Tensor:

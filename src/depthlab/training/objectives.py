@@ -53,12 +53,13 @@ def balanced_bce(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 
 def per_run_correct(outputs: torch.Tensor, targets: torch.Tensor, kind: str, over: str) -> torch.Tensor | None:
-    """Number of correctly predicted examples of each run, [R] (None for regression): integers, or a float sum
-    of per-position fractions when accuracy is over positions."""
+    """Number of correctly predicted examples of each run, [R] (None for regression): float64 counts (summed in
+    that dtype: exact, and what the engine's sums add without a cast), or a float sum of per-position fractions
+    when accuracy is over positions."""
     if kind == "mse":
         return None
     # [R, B] or [R, B, P]: a class index matches, or every label's sign matches
     hit = outputs.argmax(-1) == targets if kind == "cross_entropy" else ((outputs > 0) == (targets > 0.5)).all(-1)
     if hit.dim() == 2:
-        return hit.sum(1)
-    return hit.all(-1).sum(1) if over == "example" else hit.float().mean(-1).sum(1)
+        return hit.sum(1, dtype=torch.float64)
+    return hit.all(-1).sum(1, dtype=torch.float64) if over == "example" else hit.float().mean(-1).sum(1)
