@@ -10,10 +10,11 @@ The whole model is one update, whatever its number of parameter tensors. The opt
 memory: the parameters of each dtype become views of one ``[runs, N]`` buffer (a run's row holds all its weights,
 each tensor in its own columns), and so do their gradients (``zero_grad`` zeroes the buffer and autograd adds
 each gradient into its view; ``step`` uses the buffer as scratch and leaves ``.grad`` None) and the optimizer's
-states. What depends on the step count is computed once per
-step for all runs, in float64 (warm-up factor, bias corrections, clipping scale: vectors over runs, cast once to
-the parameters' dtype), and every weight is updated by a handful of operations on the buffers: about 20
-operations per step where the per-tensor loop made about 60 per parameter tensor. Build the optimizer once the
+states. What depends on the step count is computed once per step for all runs, in float64 (warm-up
+factor, bias corrections, clipping scale: vectors over runs, cast once to the parameters' dtype), and every
+weight is updated by a handful of operations on the buffers: a step is the same few dozen ATen operations
+whatever the number of parameter tensors (69 for AdamW with clipping and warm-up, nested ones included;
+``tests/test_optim.py``), where the per-tensor loop made about 60 per tensor. Build the optimizer once the
 model is on its device and in its dtype (``Module.to`` after it would give the parameters memory the optimizer
 does not see); ``select_runs`` rebuilds the buffers when runs leave.
 """
