@@ -175,6 +175,14 @@ class GraphedStep:
     def reset(self) -> None:
         self.graph, self.static, self.eager_calls = None, (), 0
 
+    def mode(self) -> str:
+        """How the steps ran, one line (the final metrics' ``step_mode``)."""
+        if self.failure is not None:
+            return f"eager (CUDA graph capture failed: {self.failure})"
+        if self.captures:
+            return f"cuda graph (captured {self.captures} time{'s' if self.captures > 1 else ''})"
+        return f"eager (ended within the {self.warmup} warm-up steps before a CUDA graph capture)"
+
     def __call__(self, *inputs: torch.Tensor) -> None:
         if self.graph is not None:
             for static, value in zip(self.static, inputs, strict=True):

@@ -141,19 +141,14 @@ class Group:
         else:
             self.graphed(x, y)
             if self.graphed.failure is not None:  # the step cannot be a graph: eager from now on, and say why
-                self.eager_because = f"eager (CUDA graph capture failed: {self.graphed.failure})"
-                self.graphed = None
+                self.eager_because, self.graphed = self.graphed.mode(), None
         for run in self.runs:
             run.step += 1
             run.seen += self.train.batch_size
 
     def step_mode(self) -> str:
         """How the steps ran, one line (what the final metrics record as ``step_mode``)."""
-        if self.graphed is None:
-            return self.eager_because or "eager"
-        if self.graphed.captures:
-            return f"cuda graph (captured {self.graphed.captures} time{'s' if self.graphed.captures > 1 else ''})"
-        return f"eager (ended within the {self.graphed.warmup} warm-up steps before a CUDA graph capture)"
+        return self.graphed.mode() if self.graphed is not None else self.eager_because or "eager"
 
     # --- metrics, early stop, divergence, checkpoints -----------------------------------------------
     def after_step(self) -> None:
