@@ -57,12 +57,24 @@ CASES = [
 ]
 
 
-def peak_gflops(dtype: torch.dtype, device: torch.device = CPU, size: int = 2048, repeats: int = 5) -> float:
-    """The measured matrix-product rate at ``dtype`` (fp32 on CUDA: TF32, as training uses it)."""
+def peak_gflops(dtype: torch.dtype, device: torch.device = CPU, size: int = 2048, repeats: int = 5,
+                budget: float = 0.25) -> float:
+    """The measured matrix-product rate at ``dtype`` (fp32 on CUDA: TF32, as training uses it): the median of
+    ``repeats`` products of ``size`` × ``size`` matrices, or of the largest size from 256 up whose warm-up product
+    took under ``budget`` seconds (a CPU without bf16 matrix units, AVX2 only, multiplies bf16 through a slow
+    fallback: about 0.5 GFLOP/s, half a minute for one 2048³ product)."""
     if device.type != "cpu":
-        size *= 4  # a GPU needs larger products to be busy
-    a, b = (torch.randn(size, size, dtype=dtype, device=device) for _ in range(2))
-    a @ b  # warm-up
+        size *= 4  # a GPU needs larger products to be busy (and has no slow fallback: no budget there)
+    n = min(256, size) if device.type == "cpu" else size
+    while True:
+        a, b = (torch.randn(n, n, dtype=dtype, device=device) for _ in range(2))
+        synchronize(device)
+        start = time.perf_counter()
+        a @ b  # warm-up
+        synchronize(device)
+        if n >= size or time.perf_counter() - start > budget:
+            break
+        n *= 2
     times = []
     for _ in range(repeats):
         synchronize(device)
@@ -70,7 +82,7 @@ def peak_gflops(dtype: torch.dtype, device: torch.device = CPU, size: int = 2048
         a @ b
         synchronize(device)
         times.append(time.perf_counter() - start)
-    return 2 * size**3 / statistics.median(times) / 1e9
+    return 2 * n**3 / statistics.median(times) / 1e9
 
 
 def forward_flops(config: RunConfig) -> float:
