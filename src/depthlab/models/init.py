@@ -40,7 +40,7 @@ MASK = -1.0e4  # "a sufficiently large negative value" (Lemma 2)
 STREAM = "-stream"  # the suffix of the initialisations that bound the residual stream (``bound_stream``)
 # r in bound_stream: each random layer adds at most r/√L of a probe row's norm. Measured on IC-TM (k = 2, l = 3,
 # 16 symbols; seed001-heads' quick recipe, 4,000 steps, seed 0), 4 single-head layers: r = 10 passes 0.95 at step
-# 2,000 (0.998 at the end), r = 3 at 3,750 (0.986), r = 1 stays at chance (0.471), as do the worst-case bound this
+# 2,000 (0.997 at the end), r = 3 at 3,750 (0.987), r = 1 stays at chance (0.501), as do the worst-case bound this
 # replaced (0.502; at 3 layers 0.500, where paper-first reaches 0.974) and paper-first itself.
 STREAM_RATIO = 10.0
 
