@@ -118,7 +118,8 @@ def test_runs_that_leave_at_different_steps_leave_the_others_as_if_alone(tmp_pat
     assert records[-1]["status"] == "diverged" and records[-1]["step"] == 10
     finished = [(c, r["final"]["steps"]) for c, r in zip(configs, records, strict=True) if r["status"] == "done"]
     for c, steps in finished:
-        # measured: at most 3.5e-6 (150 steps); another run's optimizer state after a leave: above 1e-1
-        assert_same_weights(final_weights(store, c), plain_loop(c, steps)[0], 2e-5, f"lr {c.train.lr}, {steps} steps")
+        # measured: 3.5e-6 with one thread, 3.1e-5 with two (SGD at lr 0.3 with momentum amplifies float32 sums in
+        # another order over 130 steps); another run's optimizer state after a leave: above 1e-1
+        assert_same_weights(final_weights(store, c), plain_loop(c, steps)[0], 1e-3, f"lr {c.train.lr}, {steps} steps")
     left_at = [steps for _, steps in finished]
     assert len(left_at) == len(configs) - 1 and len(set(left_at)) == len(left_at)  # each at its own step
