@@ -255,13 +255,15 @@ def test_ctrl_c_checkpoints_marks_interrupted_exits_130_and_the_rerun_completes(
     """Ctrl-C (SIGINT), and SIGTERM the same way (what `timeout`, schedulers and Ray send)."""
     root = tmp_path / "store"
     proc = start(sweep_file, root)
-    deadline = time.time() + 120
-    while time.time() < deadline:  # wait until the first run has written a checkpoint
-        if any((root / "artifacts").glob("*/checkpoint.json")):
+    deadline = time.time() + 600  # a bound on a hung process, not a measure of progress
+    while time.time() < deadline:  # wait until a run is checkpointed past its first metric row (a re-run that
+        # trained it again from step 0 would then write that row a second time)
+        sidecars = (root / "artifacts").glob("*/checkpoint.json")
+        if any(json.loads(p.read_text())["step"] > LOG_STEPS[0] for p in sidecars):
             break
         time.sleep(0.05)
     else:
-        pytest.fail("no checkpoint appeared")
+        pytest.fail("no checkpoint past the first metric row appeared")
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, f"exit code {proc.returncode}: {err}"
