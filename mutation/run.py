@@ -195,8 +195,10 @@ def main() -> None:
     copy_tree()
     env = {**os.environ, "PYTHONPATH": "src", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     started = time.time()
-    results = [run_module(m, env) for m in chosen]
-    report(results)
+    results = []
+    for module in chosen:  # the summary is rewritten after every module: a stopped run keeps what it finished
+        results.append(run_module(module, env))
+        report(results)
     total = {k: sum(r[k] for r in results) for k in ("mutants", "killed", "survived", "incompetent", "skipped")}
     print(f"all: {total} in {time.time() - started:.0f} s; survivors with their diffs in {OUT / 'survivors.md'}")
 
