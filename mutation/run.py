@@ -50,6 +50,9 @@ MODULES: dict[str, tuple[list[str], float]] = {
         "tests/test_reliability.py",
         "tests/test_engine.py",
         "tests/test_engine_recipes.py",
+        "tests/test_device.py::test_metrics_summed_on_the_device_are_the_per_step_sums",
+        "tests/test_device.py::test_auto_is_the_cpu_here_and_the_results_say_where_and_in_what_precision",
+        "tests/test_seed002_presets.py::test_engine_keeps_history_and_logs_partial_losses",
         "tests/test_step_cost.py::test_a_step_runs_the_same_operations_for_16_runs_as_for_one_and_no_more_than_today",
     ], 600),
     "training/checkpoint.py": ([
