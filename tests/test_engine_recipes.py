@@ -122,7 +122,7 @@ def test_runs_that_leave_at_different_steps_leave_the_others_as_if_alone(tmp_pat
     assert records[0]["status"] == "diverged" and records[0]["step"] == 5
     finished = [(c, r["final"]["steps"]) for c, r in zip(configs, records, strict=True) if r["status"] == "done"]
     for c, steps in finished:
-        # measured (one thread): at most 1.7e-6; another run's optimizer state after a leave: 0.27 (of the largest entry)
+        # measured (one thread): at most 1.7e-6; another run's optimizer state after a leave: 0.27 of the largest
         assert_same_weights(final_weights(store, c), plain_loop(c, steps)[0], 1e-4, f"lr {c.train.lr}, {steps} steps")
     left_at = [steps for _, steps in finished]
     assert len(left_at) == len(configs) - 1 and len(set(left_at)) == len(left_at)  # each at its own step
