@@ -1,10 +1,10 @@
 """What a training step costs, measured so that a loaded machine cannot fail the test (README, Performance).
 
-The run axis makes a group's step one forward and one backward for all its runs: a step of 16 runs executes the same
+The run axis makes a group's step one forward and one backward for all its runs: a step of 16 runs calls the same
 ATen operations as a step of one run, only on bigger tensors, which is where the engine's speed-up at small sizes
 comes from. Operations are counted with PyTorch's profiler (deterministic); the one ratio of speeds is measured in
 process CPU time (what other processes do to the wall clock does not count) with a margin of 2× under the ratio
-measured on a machine loaded sixfold.
+measured on a machine loaded elevenfold.
 """
 
 from __future__ import annotations
@@ -32,10 +32,11 @@ ATTENTION_ONLY = {"task": {"name": "icqa", "k": 2, "n_q": 4, "n_a": 4},
 TRANSFORMER = {"task": {"name": "icqa", "k": 2, "n_q": 4, "n_a": 4},  # the retrieval case's model, 2 layers
                "model": {"name": "transformer", "layers": 2, "heads": 2, "width": 16},
                "train": {"optimizer": "adamw", "lr": 0.001, "batch_size": 16}}
-# ATen operations per step (forward, backward, optimizer, the engine's bookkeeping) on the CPU at main b518f1f:
-# 583 and 3,854 (most of the transformer's in the optimizer's per-tensor loop: 36 parameter tensors). The bounds
-# leave a few percent; issue 29 cuts these counts, and whoever lands that lowers the bounds to the new counts.
-OPS_BOUND = {"attention_only": 600, "transformer": 3950}
+# ATen operations per step (forward, backward, optimizer, the engine's bookkeeping, nested ones included) on the
+# CPU, torch 2.13: 583 and 3,854 at main b518f1f (most of the transformer's in the optimizer's per-tensor loop: 36
+# parameter tensors), 223 and 835 since issue 29's optimizer over flat buffers. The bounds leave about 5 %; whoever
+# cuts the counts lowers them.
+OPS_BOUND = {"attention_only": 235, "transformer": 880}
 
 
 class _Enough(BaseException):
@@ -60,21 +61,29 @@ def train_steps(raw: dict, runs: int, steps: int, after_step: Callable[[int], No
         train_group(configs, Store(root), progress=progress)
 
 
-def aten_ops_per_step(raw: dict, runs: int) -> int:
+def aten_ops_per_step(raw: dict, runs: int) -> tuple[int, int]:
     """ATen operations of the third step, counted by PyTorch's profiler (the legacy one: the same counts as
-    ``torch.profiler`` without its seconds of start-up)."""
+    ``torch.profiler`` without its seconds of start-up): (all of them, those called directly from Python or
+    autograd's engine rather than from inside another ATen operation)."""
     profiler = torch.autograd.profiler.profile(use_kineto=False)
     stack = contextlib.ExitStack()
     train_steps(raw, runs, 3, lambda i: stack.enter_context(profiler) if i == 2 else stack.close())
-    return sum(event.name.startswith("aten::") for event in profiler.function_events)
+    aten = [e for e in profiler.function_events if e.name.startswith("aten::")]
+    direct = [e for e in aten if e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::")]
+    return len(aten), len(direct)
 
 
 @pytest.mark.parametrize("name,raw", [("attention_only", ATTENTION_ONLY), ("transformer", TRANSFORMER)],
                          ids=["attention_only", "transformer"])
-def test_a_step_runs_the_same_operations_for_16_runs_as_for_one_and_no_more_than_today(name, raw):
-    one, sixteen = aten_ops_per_step(raw, 1), aten_ops_per_step(raw, 16)
-    assert sixteen - one < 15, f"{name}: {one} ATen ops per step for 1 run, {sixteen} for 16: a loop over runs"
-    assert one <= OPS_BOUND[name], f"{name}: {one} ATen ops per step, more than the {OPS_BOUND[name]} allowed"
+def test_a_step_calls_the_same_operations_for_16_runs_as_for_one_and_no_more_than_today(name, raw):
+    """Operations called directly: 110 and 313 for 1 and for 16 runs (a loop over runs adds 15 for each operation in
+    it). Nested ones may differ by a few (ATen picks its kernels by size: the transformer's 835 for one run are 855
+    for 16, zero-fills inside larger sums), so only the bound applies to them."""
+    (one, one_direct), (sixteen, sixteen_direct) = aten_ops_per_step(raw, 1), aten_ops_per_step(raw, 16)
+    assert sixteen_direct == one_direct, \
+        f"{name}: {one_direct} ATen ops called per step for 1 run, {sixteen_direct} for 16: a loop over runs"
+    assert max(one, sixteen) <= OPS_BOUND[name], \
+        f"{name}: {one} and {sixteen} ATen ops per step (1 and 16 runs), more than the {OPS_BOUND[name]} allowed"
 
 
 def cpu_seconds_per_step(raw: dict, runs: int, steps: int = 25) -> float:
