@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 import torch
-import yaml
 
+from ..bounded import BoundError, parse_yaml
 from ..errors import UserError
 from ..models import TaskShapes, build_model
 from ..store import Store, StoreError
@@ -48,7 +48,7 @@ class LoadedRun:
 def load_run(store: Store, run_id: str) -> LoadedRun:
     """Rebuild ``run_id``'s trained model from its config and checkpoint; UserError when that is impossible."""
     from ..config import parse_run
-    from ..training.checkpoint import CheckpointError, load_checkpoint
+    from ..training.checkpoint import CheckpointError, Owner, layout_of, load_checkpoint
 
     record = store.get_run(run_id)
     if record is None:
@@ -58,7 +58,8 @@ def load_run(store: Store, run_id: str) -> LoadedRun:
     except UserError as e:
         raise UserError(f"run {run_id}: its config does not load in this depthlab ({e})") from None
     try:
-        loaded = load_checkpoint(store.run_folder(run_id))
+        owner = Owner(run_id, store.config_hash(record["config"]))  # as recorded, whatever this depthlab's defaults
+        loaded = load_checkpoint(store.run_folder(run_id), owner, layout_of(config))
     except CheckpointError as e:
         raise UserError(f"run {run_id}: {e}") from None
     if loaded is None:
@@ -174,8 +175,8 @@ def attention_maps(run: LoadedRun, batch: Batch) -> list[dict[str, Any]]:
 
 def _parse_value(text: str) -> Any:
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
+        return parse_yaml(text, "--runs")
+    except BoundError:
         return text
 
 

@@ -73,5 +73,5 @@ class Store(store.Store):
                 steps = ", ".join(str(s) for s in sorted({*kept, run.step}))
                 raise UserError(f"step {step}: run {run.id} has weights at steps {steps} (train.keep_checkpoints "
                                 f"keeps every checkpoint's)")
-            load_weights(run.model, kept[step])
+            load_weights(run.model, kept[step], run)
         return SingleRunModel(run.model)

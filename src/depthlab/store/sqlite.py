@@ -151,8 +151,13 @@ class Store:
     @staticmethod
     def run_id(config: dict) -> str:
         """Stable run id: first 16 hex chars of sha256 of the canonical JSON of ``config`` (seed included)."""
+        return Store.config_hash(config)[:16]
+
+    @staticmethod
+    def config_hash(config: dict) -> str:
+        """SHA-256 (hex) of the canonical JSON of ``config``: what a checkpoint records of the run it belongs to."""
         canonical = to_json(config, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
+        return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
     def create_run(
         self,

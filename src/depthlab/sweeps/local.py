@@ -9,7 +9,7 @@ from typing import Any
 from ..config import RunConfig
 from ..errors import UserError
 from ..store import Store
-from ..training.checkpoint import SIDECAR, WEIGHTS, load_checkpoint
+from ..training.checkpoint import SIDECAR, WEIGHTS, Owner, layout_of, load_checkpoint
 from ..training.device import free_memory, gpus_for, resolve_device
 from ..training.engine import TERMINAL, group_key, train_group
 from ..training.tracking import Tracker
@@ -82,17 +82,18 @@ def check_checkpoints(configs: list[RunConfig], store: Store) -> int:
     """Before any work: every checkpoint a run of this sweep would resume from must be intact.
 
     Reads (never writes) the checkpoint of each run that is in the store and not finished; a truncated or
-    corrupted one raises CheckpointError (a UserError naming the folder). Returns how many were checked.
-    (Whether a checkpoint's shapes fit its run is checked when its group is built, before its first step.)
+    corrupted one, another run's, or one whose tensors do not fit the run raises CheckpointError (a UserError
+    naming the folder). Returns how many were checked.
     """
-    ids = list(dict.fromkeys(Store.run_id(c.to_dict()) for c in configs))
+    by_id = {Store.run_id(c.to_dict()): c for c in configs}
     checked = 0
-    for record in store.find_runs(ids=ids):
+    for record in store.find_runs(ids=list(by_id)):
         if record["status"] in TERMINAL:
             continue
         folder = store.artifacts_root / record["id"]
-        if (folder / WEIGHTS).exists() or (folder / SIDECAR).exists():
-            load_checkpoint(folder)
+        if (folder / WEIGHTS).exists() or (folder / WEIGHTS).is_symlink() or (folder / SIDECAR).exists():
+            config = by_id[record["id"]]
+            load_checkpoint(folder, Owner.of(config), layout_of(config))
             checked += 1
     return checked
 
