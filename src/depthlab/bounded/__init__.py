@@ -19,7 +19,15 @@ Checkpoints are bounded by what the run's model can hold (``training.checkpoint`
 ``llm.runners.MAX_BODY_BYTES``, sweep grids by ``config.MAX_GRID_POINTS``.
 """
 
-from depthlab.bounded.files import MAX_JSON_BYTES, MAX_TEXT_BYTES, BoundError, Unreadable, open_regular, read_file
+from depthlab.bounded.files import (
+    MAX_JSON_BYTES,
+    MAX_TEXT_BYTES,
+    BoundError,
+    Unreadable,
+    kind_of,
+    open_regular,
+    read_file,
+)
 from depthlab.bounded.safetensors import MAX_HEADER_BYTES, SafetensorsHeader, read_safetensors
 from depthlab.bounded.text import MAX_DEPTH, MAX_YAML_NODES, BoundedYamlLoader, json_depth, parse_json, parse_yaml
 
@@ -34,6 +42,7 @@ __all__ = [
     "SafetensorsHeader",
     "Unreadable",
     "json_depth",
+    "kind_of",
     "open_regular",
     "parse_json",
     "parse_yaml",

@@ -61,7 +61,7 @@ def attention_cmd(run: RunArg, example: Annotated[list[str] | None, typer.Option
     from ..draw.attention import attention_figure
 
     vector = vector_format(format_)
-    db, loaded = open_run(store, run)
+    db, loaded = open_run(store, run, readonly=False)  # records its figures in the store
     batch = _examples(loaded, n, seed, example)
     items = examples_with_attention(loaded, batch)
     out = []
@@ -125,7 +125,7 @@ def circuit_cmd(run: RunArg, circuit: Annotated[Path | None, typer.Argument(
     if (circuit is None) == (not discover_):
         raise UserError("circuit: give a circuit file or --discover (not both)")
     vector = vector_format(format_)
-    db, loaded = open_run(store, run)
+    db, loaded = open_run(store, run, readonly=False)  # records its figures in the store
     batch = _examples(loaded, n, seed, None)
     log = None
     if discover_:
@@ -168,7 +168,7 @@ def emergence_cmd(run: RunArg, circuit: Annotated[Path, typer.Argument(help="cir
     from ..draw.emergence import emergence_figure
 
     vector = vector_format(format_)
-    db, loaded = open_run(store, run)
+    db, loaded = open_run(store, run, readonly=False)  # records its figures in the store
     spec = load_circuit(circuit, loaded.model, loaded.task)
     result = emergence(db, loaded, spec, examples=examples, seed=seed)
     figure = _save_figure(db, loaded.id, emergence_figure(result, f"run {loaded.id}"), "analysis/emergence.png",

@@ -95,6 +95,9 @@ def _out_of_gpu_memory(error: Exception) -> bool:
 
 def main() -> None:
     """``depthlab``: run the app inside the error boundary (module docstring)."""
+    from .common import OPENED, damage_notes
+
+    OPENED.clear()
     code: int | None
     try:
         # Without standalone mode, Typer returns the exit code of a command that exits (Ctrl-C becomes 130).
@@ -126,6 +129,8 @@ def main() -> None:
             code, line = 1, _internal_error(e)
     else:
         line = None
+    for note in damage_notes():  # rows a store left out, named even when the command could work without them
+        print(f"warning: {note}", file=sys.stderr)
     if line:
         print(f"error: {line}", file=sys.stderr)
     if code == 130:

@@ -63,19 +63,33 @@ def emit(obj: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-def open_store(path: Path | None, create: bool = True) -> Store:
+OPENED: list[Store] = []  # the stores this command opened: what they left out is said at the end (app.main)
+
+
+def open_store(path: Path | None, create: bool = True, readonly: bool = False) -> Store:
     """The store at ``path``, or at ``$DEPTHLAB_STORE`` / ``./depthlab-runs``. Commands that train create it;
-    commands that only read it pass ``create=False``, so a mistyped path is an error, not an empty store."""
+    commands that write into an existing one pass ``create=False``, so a mistyped path is an error, not an empty
+    store; commands that only read pass ``readonly=True``: opened read-only, never created, migrated or rewritten."""
     from ..store import Store, default_store_path
+    from ..store.layout import ENV_VAR
 
-    return Store(path or default_store_path(), create=create)
+    source = "--store" if path is not None or not os.environ.get(ENV_VAR, "").strip() else f"${ENV_VAR}"
+    store = Store(path or default_store_path(), create=create, readonly=readonly, source=source)
+    OPENED.append(store)
+    return store
 
 
-def open_run(store: Path | None, run: str) -> tuple[Store, LoadedRun]:
-    """The store and the run ``run`` (its id or a unique prefix of it), rebuilt from its checkpoint."""
+def damage_notes() -> list[str]:
+    """One line per row the stores of this command left out because it cannot be read."""
+    return [note for store in OPENED for note in store.damage.values()]
+
+
+def open_run(store: Path | None, run: str, readonly: bool = True) -> tuple[Store, LoadedRun]:
+    """The store and the run ``run`` (its id or a unique prefix of it), rebuilt from its checkpoint; the store is
+    opened read-only unless the command records something in it (``readonly=False``: never created, though)."""
     from ..analysis.runs import load_run
 
-    db = open_store(store, create=False)
+    db = open_store(store, create=False, readonly=readonly)
     return db, load_run(db, db.resolve(run))
 
 

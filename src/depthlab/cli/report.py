@@ -33,7 +33,7 @@ def report(
 
     if out.exists() and out.is_dir():
         raise UserError(f"--out: {out} is a folder; name the HTML file to write, e.g. {out / 'report.html'}")
-    the_store = open_store(store, create=False)
+    the_store = open_store(store, readonly=True)
     columns = [TextColumn("report"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("{task.description}")]
     try:
