@@ -197,12 +197,13 @@ def _build(section: str, registry: dict[str, type[BaseModel]], raw: Any) -> Any:
     cls = registry[name]
     allowed = [f for f in cls.model_fields if f != "name"]
     _no_bools_for_numbers(section, cls, raw)
+    origin = f" ({name} is defined in plugin {cls.plugin_file})" if getattr(cls, "plugin_file", None) else ""
     try:
         return cls(**raw) if section == "task" else cls(name=name, **raw)
     except ValidationError as e:
-        raise UserError(_format_error(section, e, allowed)) from None
+        raise UserError(_format_error(section, e, allowed) + origin) from None
     except (ValueError, TypeError, ArithmeticError, RecursionError, MemoryError) as e:
-        raise UserError(f"{section}: {_one_line(e)[:200]}") from None
+        raise UserError(f"{section}: {_one_line(e)[:200]}{origin}") from None
 
 
 def parse_task(raw: dict[str, Any]) -> Task:

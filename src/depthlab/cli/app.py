@@ -122,9 +122,13 @@ def main() -> None:
         else:  # a path the command was given or writes to: its name and what the system said
             code, line = 2, f"{e.filename}: {e.strerror or e}"
     except Exception as e:
+        from ..plugins import blame
+
         if _out_of_gpu_memory(e):
             code, line = 2, (f"out of GPU memory: {_one_line(str(e))[:200]}; ask for smaller sizes or fewer runs "
                              "at once (--group-size)")
+        elif blame(e):  # raised in a plugin's code: the plugin's error, not depthlab's
+            code, line = 2, blame(e)
         else:
             code, line = 1, _internal_error(e)
     else:

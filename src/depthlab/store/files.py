@@ -85,7 +85,7 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     except OSError as e:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-        if e.filename is None:  # a write or fsync that failed (a full disk): name the file
+        if e.filename is None and e.errno is not None:  # a write or fsync that failed (a full disk): name the file
             raise type(e)(e.errno, e.strerror, str(path)) from None
         raise
     except BaseException:

@@ -354,13 +354,13 @@ class Store:
     def metric_columns(self, run_id: str, split: str | None = None) -> dict[str, dict[str, list]]:
         """One run's metrics as ``{split: {"step": [...], name: [...]}}`` ordered by step; a name missing at a step
         is NaN. (``depthlab.Store.metrics`` gives every run's as one long pandas table.)"""
-        sql = "SELECT split, step, name, value FROM metrics WHERE run_id = ?"
+        sql = "SELECT step, split, name, value FROM metrics WHERE run_id = ?"
         params: list[Any] = [run_id]
         if split is not None:
             sql += " AND split = ?"
             params.append(split)
         table: dict[str, dict[int, dict[str, float]]] = {}
-        for sp, step, name, value in self._metric_rows(self._read(sql + " ORDER BY split, step, name", params),
+        for step, sp, name, value in self._metric_rows(self._read(sql + " ORDER BY split, step, name", params),
                                                        run_id):
             table.setdefault(sp, {}).setdefault(step, {})[name] = value
         out: dict[str, dict[str, list]] = {}
