@@ -93,15 +93,35 @@ def _out_of_gpu_memory(error: Exception) -> bool:
     return torch is not None and isinstance(error, getattr(torch, "OutOfMemoryError", ()))
 
 
+def _out_of_cpu_memory(error: Exception) -> bool:
+    """PyTorch's CPU allocator failing (a RuntimeError, not a MemoryError: with ``DEPTHLAB_MEMORY=off``)."""
+    return isinstance(error, RuntimeError) and "can't allocate memory" in str(error)
+
+
+def _stdout_failed() -> bool:
+    """Whether writing to stdout fails now (a full disk or device behind it): flushing it says."""
+    try:
+        sys.stdout.flush()
+    except OSError:
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (flushing stdout at exit would fail again)
+        return True
+    return False
+
+
 def main() -> None:
     """``depthlab``: run the app inside the error boundary (module docstring)."""
     from .common import OPENED, damage_notes
 
     OPENED.clear()
+    if sys.stdout is None:  # started with stdout closed (`>&-`): results would be lost, or land in a file it opens
+        print("error: stdout is closed; depthlab writes its results there: redirect it to a file or /dev/null",
+              file=sys.stderr)
+        raise SystemExit(2)
     code: int | None
     try:
         # Without standalone mode, Typer returns the exit code of a command that exits (Ctrl-C becomes 130).
         code = command().main(prog_name="depthlab", standalone_mode=False)
+        sys.stdout.flush()  # a stdout that cannot take the output fails here, inside the boundary
     except UserError as e:
         code, line = 2, _one_line(str(e))
     except USAGE_ERROR as e:
@@ -117,7 +137,9 @@ def main() -> None:
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (flushing stdout at exit would fail again)
         raise SystemExit(1) from None
     except OSError as e:
-        if e.filename is None:
+        if e.filename is None and _stdout_failed():
+            code, line = 2, f"stdout: cannot write the output ({e.strerror or e}); free space or redirect it"
+        elif e.filename is None:
             code, line = 1, _internal_error(e)
         else:  # a path the command was given or writes to: its name and what the system said
             code, line = 2, f"{e.filename}: {e.strerror or e}"
@@ -127,6 +149,10 @@ def main() -> None:
         if _out_of_gpu_memory(e):
             code, line = 2, (f"out of GPU memory: {_one_line(str(e))[:200]}; ask for smaller sizes or fewer runs "
                              "at once (--group-size)")
+        elif _out_of_cpu_memory(e):
+            code, line = 2, (f"out of memory: {_one_line(str(e)).partition('DefaultCPUAllocator: ')[2][:160]}; ask "
+                             "for smaller sizes, or free memory (with DEPTHLAB_MEMORY=off sizes are not checked "
+                             "before they are allocated)")
         elif blame(e):  # raised in a plugin's code: the plugin's error, not depthlab's
             code, line = 2, blame(e)
         else:
