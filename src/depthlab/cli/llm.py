@@ -14,7 +14,7 @@ from ..analysis.tables import Table
 from ..errors import UserError
 from ..llm.prompts import DEFAULT_CHAINS, FORMULATIONS, check_chains, check_formulation, resolve_depth
 from .app import app
-from .common import JsonOpt, console, emit, open_store, progress_bar, show
+from .common import FIGURE_SUFFIXES, JsonOpt, check_output, console, emit, open_store, progress_bar, show
 from .figures import FormatOpt, vector_format
 
 _FORMULATION_HELP = ", ".join(FORMULATIONS)
@@ -99,6 +99,8 @@ def llm_bench(
     from ..llm.bench import BenchConfig, parse_depths, run_bench
 
     vector = vector_format(format_)
+    check_output(out, "--out", suffixes=FIGURE_SUFFIXES)  # before any question is asked
+    check_output(markdown, "--markdown")
     if model and endpoint:
         raise UserError("--model, --endpoint: give one (--model for a local model, --endpoint for a served one)")
     if not model and not endpoint:

@@ -10,8 +10,10 @@ from ..config import RunConfig
 from ..errors import UserError
 from ..store import Store
 from ..training.checkpoint import SIDECAR, WEIGHTS, Owner, layout_of, load_checkpoint
+from ..training.claims import hold_runs
 from ..training.device import free_memory, gpus_for, resolve_device
 from ..training.engine import TERMINAL, group_key, train_group
+from ..training.footprint import check_group, footprint
 from ..training.tracking import Tracker
 from .devices import train_on_devices
 
@@ -78,6 +80,15 @@ def plan_groups(configs: list[RunConfig], group_size: int | None = None) -> list
     return groups
 
 
+def preflight(configs: list[RunConfig], group_size: int | None = None) -> tuple[int, int]:
+    """Before the first run trains: every group of the command checked against the memory budget (ResourceError
+    naming the first that cannot fit, ``training.footprint``); returns (groups, bytes the largest group needs)."""
+    groups = plan_groups(configs, group_size)
+    for group in groups:
+        check_group(group)
+    return len(groups), max((footprint(g[0]).total(len(g)) for g in groups), default=0)
+
+
 def check_checkpoints(configs: list[RunConfig], store: Store) -> int:
     """Before any work: every checkpoint a run of this sweep would resume from must be intact.
 
@@ -106,6 +117,7 @@ def run_local(configs: list[RunConfig], store: Store, group_size: int | None = N
     Groups whose ``train.device`` stands for several GPUs (``cuda``, or ``auto`` on a machine with more than one)
     are spread over them, one worker process per GPU (``sweeps.devices``); the others train in this process."""
     check_checkpoints(configs, store)
+    preflight(configs, group_size)
     results: dict[str, dict[str, Any]] = {}
     # every group's device first: one this machine lacks is refused before any run trains
     placed = [(group, tuple(gpus_for(group[0].train.device))) for group in plan_groups(configs, group_size)]
@@ -118,7 +130,8 @@ def run_local(configs: list[RunConfig], store: Store, group_size: int | None = N
                         "(--device cuda:0)")
     for group, devices in placed:
         if len(devices) == 1:
-            results.update(train_group(group, store, progress=progress, tracker=tracker))
+            with hold_runs(store, group):  # another process training these runs is waited for, not joined
+                results.update(train_group(group, store, progress=progress, tracker=tracker))
     for devices, groups in spread.items():
         results.update(train_on_devices(groups, store, list(devices), progress))
     return results
