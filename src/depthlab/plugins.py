@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from .bounded import MAX_TEXT_BYTES, open_regular
 from .errors import UserError
 from .models import MODELS
 from .tasks import TASKS, Task
@@ -260,10 +261,12 @@ def load_plugin_file(path: str | Path) -> list[str]:
     resolved = Path(path).expanduser().resolve()
     if resolved in LOADED:
         return []
-    if not resolved.is_file():
+    if not resolved.exists():
         relative = "" if Path(path).expanduser().is_absolute() else f", relative to the current folder {Path.cwd()}"
         raise UserError(f"{label}: no such file {resolved} (the path is read as given{relative}; give the path of "
                         f"a .py file that defines a task)")
+    with open_regular(resolved, label, MAX_TEXT_BYTES):  # a regular file of at most 1 MiB (not a FIFO, a device)
+        pass
     if resolved.suffix != ".py":
         raise UserError(f"{label}: must be a Python file ending in .py")
     # a stable module name per path: the same file gives the same module name in every process that loads it

@@ -171,7 +171,7 @@ def run_sweep(runs: list, store: Store, group_size: int | None, quiet: bool, des
     from ..training.tracking import open_trackers
 
     total = sum(r.train.steps for r in runs)
-    if executor == "local" and not quiet:  # the whole command's size before its first run (refused if it cannot fit)
+    if executor == "local" and not quiet and console.is_terminal:  # the command's size before its first run
         from ..memory import format_bytes
         from ..sweeps.local import preflight
 

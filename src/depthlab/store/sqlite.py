@@ -230,8 +230,8 @@ class Store:
         if not rows:
             return None
         run = self._run_dict(rows[0])
-        if run is None:
-            problem = self.damage[next(k for k in reversed(self.damage) if k[0] == f"run {str(rows[0][0])[:40]}")]
+        if run is None:  # said once, as the error (not also as a warning about what a list left out)
+            problem = self.damage.pop(next(k for k in reversed(self.damage) if k[0] == f"run {str(rows[0][0])[:40]}"))
             raise StoreError(problem.replace("; left out (", " ("))
         return run
 
