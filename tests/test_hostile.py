@@ -527,3 +527,13 @@ def test_bounded_helpers_refuse_with_one_line(tmp_path):
     (tmp_path / "f").write_bytes(b"x" * 11)
     with pytest.raises(BoundError, match="has 11 bytes, more than the 10 bytes allowed"):
         read_file(tmp_path / "f", 10, "x")
+
+
+def test_a_command_whose_later_group_cannot_fit_trains_nothing(tmp_path, monkeypatch):
+    """Every group of a command is checked against the memory budget before the first one trains."""
+    raw = {**RUN, "model": {"name": "transformer", "layers": 1}, "sweep": {"model.width": [8, 4096]}}
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    monkeypatch.setenv("DEPTHLAB_MEMORY", "64M")
+    one_line_exit_2(run_depthlab("sweep", str(path), "--store", str(tmp_path / "s")), "memory: a run of memorization")
+    assert [r["status"] for r in Store(tmp_path / "s").find_runs()] == []  # the small group did not train first
