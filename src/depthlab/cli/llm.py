@@ -77,7 +77,8 @@ def llm_bench(
         int | None, typer.Option("--max-new-tokens", min=1, help="reply length cap (local default 16)")
     ] = None,
     concurrency: Annotated[int, typer.Option("--concurrency", min=1, help="requests in flight (endpoint)")] = 4,
-    timeout: Annotated[float, typer.Option("--timeout", min=0.001, help="seconds per HTTP request, in all (connect, headers, body)")] = 60.0,
+    timeout: Annotated[float, typer.Option(
+        "--timeout", min=0.001, help="seconds per HTTP request, in all (connect, headers, body)")] = 60.0,
     retries: Annotated[int, typer.Option("--retries", min=0, help="HTTP retries on 429/5xx/network errors")] = 5,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="prompts per generate call (local)")] = 1,
     device: Annotated[str | None, typer.Option("--device", help="local model device (default cuda if any)")] = None,
