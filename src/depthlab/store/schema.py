@@ -113,7 +113,8 @@ def _immediate_transaction(conn: sqlite3.Connection) -> Iterator[None]:
         yield
         conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        with contextlib.suppress(sqlite3.Error):  # a COMMIT that failed (a full disk) may have ended it already
+            conn.execute("ROLLBACK")
         raise
 
 

@@ -138,7 +138,9 @@ class Store:
             return open_database(self.db_path, self.mode)
         except PermissionError as e:
             raise StoreError(f"{self.source}: cannot write to {e.filename or self.root}: permission denied") from None
-        except sqlite3.OperationalError as e:  # the database cannot be created or opened (read-only, locked)
+        except sqlite3.OperationalError as e:  # the database cannot be created or opened (read-only, locked, full)
+            if "unable to open" not in str(e):
+                raise database_failure(self.db_path, e) from None
             raise StoreError(f"{self.source}: cannot open {self.db_path}: {e}") from None
         except sqlite3.DatabaseError as e:
             raise database_failure(self.db_path, e) from None
