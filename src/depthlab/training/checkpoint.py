@@ -109,23 +109,17 @@ class Layout:
 
     def check(self, header: SafetensorsHeader, folder: Path, run_id: str) -> None:
         """CheckpointError naming the first tensor that is missing, unknown, or of another dtype or shape."""
-        problem = None
-        missing = sorted(self.required - set(header.tensors))
-        if missing:
-            problem = f"no tensor {missing[0]}"
+        problems = [f"no tensor {name}" for name in sorted(self.required - set(header.tensors))]
         for name, entry in header.tensors.items():
-            if problem:
-                break
-            if name not in self.tensors:
-                problem = f"unknown tensor {name[:80]!r}"
-                continue
-            dtypes, shape = self.tensors[name]
-            if entry.dtype not in dtypes or entry.shape != shape:
-                problem = f"{name} is {entry.dtype} {list(entry.shape)}, the run needs {'/'.join(sorted(dtypes))} " \
-                          f"{list(shape)}"
-        if problem:
-            raise CheckpointError(f"checkpoint in {folder} does not fit run {run_id}'s config ({problem}); nothing was "
-                                  f"changed; delete {folder} to start the run again from step 0")
+            dtypes, shape = self.tensors.get(name, (frozenset(), None))
+            if shape is None:
+                problems.append(f"unknown tensor {name[:80]!r}")
+            elif entry.dtype not in dtypes or entry.shape != shape:
+                problems.append(f"{name} is {entry.dtype} {list(entry.shape)}, the run needs "
+                                f"{'/'.join(sorted(dtypes))} {list(shape)}")
+        if problems:
+            raise CheckpointError(f"checkpoint in {folder} does not fit run {run_id}'s config ({problems[0]}); nothing "
+                                  f"was changed; delete {folder} to start the run again from step 0")
 
 
 _LAYOUTS: dict[tuple[str, ...], Layout] = {}
