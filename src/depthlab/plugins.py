@@ -30,7 +30,6 @@ import contextlib
 import functools
 import hashlib
 import importlib.util
-import io
 import os
 import sys
 import threading
@@ -73,8 +72,9 @@ def _exit_guard(code: int) -> None:
     _REAL_EXIT(code)
 
 
-class _PluginStdout(io.TextIOBase):
-    """stdout while plugins are loaded: what a thread running plugin code writes goes to stderr instead."""
+class _PluginStdout:
+    """stdout while plugins are loaded: what a thread running plugin code writes goes to stderr instead (everything
+    else, ``isatty``, ``fileno``, ``buffer`` included, is the real stdout's)."""
 
     def __init__(self, out: Any) -> None:
         self.out = out
