@@ -384,7 +384,7 @@ def damage(db: Path, sql: str) -> None:
     ("UPDATE runs SET final = '[1,2' WHERE id = '{a}'", "final is not JSON"),
     ("UPDATE runs SET status = 'weird' WHERE id = '{a}'", "status is 'weird'"),
     ("UPDATE metrics SET value = 'abc' WHERE run_id = '{a}'", "is 'abc', not a number"),
-    ("DROP TABLE metrics", "table metrics is missing (read as empty)"),
+    ("DROP TABLE metrics", "table metrics: missing; read as empty"),
 ], ids=["config", "final", "status", "metric-value", "dropped-table"])
 def test_store_corruption_names_the_store_and_row_and_the_rest_still_works(store_copy, sql, column, tmp_path):
     a, b = rid(run_config(0)), rid(run_config(1))
@@ -406,7 +406,7 @@ def test_store_corruption_names_the_store_and_row_and_the_rest_still_works(store
     assert code == 0, err
 
 
-def test_resource_failures_name_the_path_or_the_stream(tmp_path, monkeypatch, store_copy):
+def test_resource_failures_name_the_path_or_the_stream(tmp_path, monkeypatch, store_copy, capsys):
     path = tmp_path / "f.bin"
 
     def full(fd):
@@ -428,16 +428,19 @@ def test_resource_failures_name_the_path_or_the_stream(tmp_path, monkeypatch, st
     with monkeypatch.context() as m:
         m.setattr(sys, "argv", ["depthlab", "runs", "--json", "--store", str(store_copy)])
         m.setattr(sys, "stdout", Full())
+        capsys.readouterr()
         with pytest.raises(SystemExit) as exit_info:
             from depthlab.cli import main
             main()
     assert exit_info.value.code == 2
+    assert capsys.readouterr().err == "error: stdout: cannot write the output (No space left on device); free space " \
+                                      "or redirect it elsewhere\n"
     with monkeypatch.context() as m:
         m.setattr(sys, "stdout", None)
         m.setattr(sys, "argv", ["depthlab", "runs", "--store", str(store_copy)])
         with pytest.raises(SystemExit) as exit_info:
             main()
-    assert exit_info.value.code == 2
+    assert exit_info.value.code == 2 and capsys.readouterr().err.startswith("error: stdout is closed")
     huge = write_run(tmp_path)
     huge.write_text(yaml.safe_dump({**RUN, "model": {"name": "transformer", "layers": 1, "width": 10**11}}))
     one_line_exit_2(run_depthlab("train", str(huge), "--store", str(tmp_path / "s")), "past PyTorch's size limit")

@@ -9,13 +9,14 @@ Nothing reaches stdout on an error, so ``--json`` output is one JSON object or n
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
 import tempfile
 import traceback
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -98,14 +99,47 @@ def _out_of_cpu_memory(error: Exception) -> bool:
     return isinstance(error, RuntimeError) and "can't allocate memory" in str(error)
 
 
-def _stdout_failed() -> bool:
-    """Whether writing to stdout fails now (a full disk or device behind it): flushing it says."""
-    try:
-        sys.stdout.flush()
-    except OSError:
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (flushing stdout at exit would fail again)
-        return True
-    return False
+class StdoutError(UserError):
+    """stdout could not take the output (a full disk or device behind it)."""
+
+
+class _GuardedStdout:
+    """stdout while a command runs: a write or flush that fails with an OSError (a full disk, ``/dev/full``) is a
+    StdoutError naming the stream; a reader that went away stays a BrokenPipeError (handled on its own)."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def _call(self, method: str, *args: Any) -> Any:
+        try:
+            return getattr(self._stream, method)(*args)
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            raise StdoutError(f"stdout: cannot write the output ({e.strerror or e}); free space or redirect it "
+                              f"elsewhere") from None
+
+    def write(self, data: Any) -> Any:
+        return self._call("write", data)
+
+    def flush(self) -> None:
+        self._call("flush")
+
+    @property
+    def buffer(self) -> _GuardedStdout:
+        return _GuardedStdout(self._stream.buffer)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _silence_stdout(failed: Any) -> None:
+    """Point stdout at /dev/null: what the ``failed`` stream could not take must not fail again when Python flushes
+    it at exit (the process's own stdout is redirected below Python too; any other stream is only replaced)."""
+    if failed is sys.__stdout__:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), failed.fileno())
+    sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (left open: Python flushes it at exit)
 
 
 def main() -> None:
@@ -118,10 +152,15 @@ def main() -> None:
               file=sys.stderr)
         raise SystemExit(2)
     code: int | None
+    stdout, sys.stdout = sys.stdout, _GuardedStdout(sys.stdout)
     try:
         # Without standalone mode, Typer returns the exit code of a command that exits (Ctrl-C becomes 130).
         code = command().main(prog_name="depthlab", standalone_mode=False)
         sys.stdout.flush()  # a stdout that cannot take the output fails here, inside the boundary
+    except StdoutError as e:
+        code, line = 2, str(e)
+        _silence_stdout(stdout)
+        stdout = sys.stdout
     except UserError as e:
         code, line = 2, _one_line(str(e))
     except USAGE_ERROR as e:
@@ -137,9 +176,7 @@ def main() -> None:
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (flushing stdout at exit would fail again)
         raise SystemExit(1) from None
     except OSError as e:
-        if e.filename is None and _stdout_failed():
-            code, line = 2, f"stdout: cannot write the output ({e.strerror or e}); free space or redirect it"
-        elif e.filename is None:
+        if e.filename is None:
             code, line = 1, _internal_error(e)
         else:  # a path the command was given or writes to: its name and what the system said
             code, line = 2, f"{e.filename}: {e.strerror or e}"
@@ -159,6 +196,7 @@ def main() -> None:
             code, line = 1, _internal_error(e)
     else:
         line = None
+    sys.stdout = stdout  # as it was before the guard (and any wrapper a plugin put around it)
     for note in damage_notes():  # rows a store left out, named even when the command could work without them
         print(f"warning: {note}", file=sys.stderr)
     if line:

@@ -145,8 +145,8 @@ class Store:
         except sqlite3.DatabaseError as e:
             raise database_failure(self.db_path, e) from None
 
-    def _damaged(self, row: str, column: str, problem: str) -> None:
-        self.damage[(row, column)] = f"store {self.root}: {row}: {problem}; left out (the rest of the store is " \
+    def _damaged(self, row: str, column: str, problem: str, left_out: str = "left out") -> None:
+        self.damage[(row, column)] = f"store {self.root}: {row}: {problem}; {left_out} (the rest of the store is " \
                                      f"readable)"
 
     @contextlib.contextmanager
@@ -167,7 +167,7 @@ class Store:
             except sqlite3.OperationalError as e:
                 missing = str(e).removeprefix("no such table: ")
                 if missing != str(e) and self.mode != "create":  # a table a hand edit dropped: read as empty
-                    self._damaged(f"table {missing}", "", f"table {missing} is missing (read as empty)")
+                    self._damaged(f"table {missing}", "", "missing", "read as empty")
                     return []
                 raise database_failure(self.db_path, e) from None
             except sqlite3.DatabaseError as e:
