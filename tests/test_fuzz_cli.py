@@ -18,6 +18,8 @@ compression headers and trickles. Hypothesis is derandomized: the same cases eve
 
 from __future__ import annotations
 
+import functools
+import importlib.metadata
 import json
 import os
 import shutil
@@ -30,6 +32,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import run_depthlab
+from depthlab import plugins
 from depthlab.cli import app
 from depthlab.config import parse_run
 from depthlab.llm import runners
@@ -125,12 +128,20 @@ def world(tmp_path_factory):
     return root
 
 
+@functools.cache
+def installed_entry_points(group: str) -> tuple:
+    """The entry points of ``group``, read once: scanning the installed packages took 0.1 s of every case."""
+    return tuple(importlib.metadata.entry_points(group=group))
+
+
 @pytest.fixture
 def sandbox(world, monkeypatch):
     """Each case starts from the same state: the cwd, $DEPTHLAB_STORE, the memory budget, no plugins, the task
-    registry as it was, retries that do not wait; files the case needs are written into ``cases/``."""
+    registry as it was, retries that do not wait; files the case needs are written into ``cases/``. The installed
+    entry points are read once per module (they cannot change between cases)."""
     monkeypatch.chdir(world)
     monkeypatch.setattr(runners, "_sleep", lambda seconds: None)
+    monkeypatch.setattr(plugins, "entry_points", lambda group: installed_entry_points(group))
     tasks, environment = dict(TASKS), dict(os.environ)
 
     def reset(files: dict[str, bytes] | None = None) -> None:
@@ -376,8 +387,10 @@ def endpoint():
 def test_hostile_endpoint_answers(sandbox, world, endpoint, monkeypatch, answer, json_out, retries):
     """llm-bench against generated answers (statuses, bodies, encodings, lengths that lie, trickles): one question,
     one try, a 0.3 s deadline per request, a new store each time (so every case asks); exit 0 or 2, one stdout line
-    under --json, never a traceback. The figure is not drawn (70 % of a case's time, and not what is fuzzed)."""
+    under --json, never a traceback. The figure is neither drawn nor saved (most of a case's time, and not what is
+    fuzzed)."""
     sandbox()
+    monkeypatch.setattr("depthlab.draw.llm.accuracy_figure", lambda result, title: None)
     monkeypatch.setattr("depthlab.draw.save", lambda fig, path, vector=None: path)
     shutil.rmtree(world / "cases" / "llm", ignore_errors=True)
     endpoint.answer = answer

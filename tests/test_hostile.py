@@ -162,7 +162,7 @@ def test_a_checkpoint_linked_to_a_device_is_refused(store_copy):
     path = store_copy / "artifacts" / run / WEIGHTS
     path.unlink()
     path.symlink_to("/dev/zero")
-    for command in (["export", run], ["analyze", "attention", run]):
+    for command in (["export", run], ["analyze", "attention", run], ["attention", run]):
         one_line_exit_2(run_depthlab(*command, "--store", str(store_copy)), "a character device", run)
 
 
@@ -281,10 +281,12 @@ def test_read_commands_open_the_store_read_only_and_never_rewrite_it(store_copy,
     """A zero-byte depthlab.sqlite was rewritten as a new store by `runs`; user_version -5 was set back to 1."""
     db = store_copy / "depthlab.sqlite"
     before = db.read_bytes()
-    for command in (["runs"], ["runs", "--json"], ["metrics", "--json"], ["export", rid(run_config(0)), "--out",
-                                                                   str(tmp_path / "x")]):
+    run = rid(run_config(0))
+    for command in (["runs"], ["runs", "--json"], ["metrics", "--json"], ["export", run, "--out", str(tmp_path / "x")],
+                    ["attention", run, "--out", str(tmp_path / "a.png")]):  # with --out: nothing to record
         code, _, err = run_depthlab(*command, "--store", str(store_copy))
         assert code == 0, err
+    assert (tmp_path / "a.png").read_bytes().startswith(b"\x89PNG")
     assert db.read_bytes() == before  # mode=ro: the file is never written (SQLite may add its -wal/-shm)
     assert {p.name for p in store_copy.iterdir()} <= {"depthlab.sqlite", "depthlab.sqlite-wal",
                                                       "depthlab.sqlite-shm", "artifacts"}
@@ -474,7 +476,11 @@ def test_every_output_path_is_checked_before_any_work(tmp_path, store_copy):
              (["report", "--out", str(tmp_path / "gone" / "r.html"), "--store", str(store_copy)],
               "which does not exist"),
              (["runs", "--format", "csv", "--out", str(tmp_path / "a-file" / "x.csv"), "--store", str(store_copy)],
-              "is not a folder")]
+              "is not a folder"),
+             (["attention", rid(run_config(0)), "--out", "/dev/null", "--store", str(store_copy)],
+              "/dev/null is a character device"),
+             (["attention", rid(run_config(0)), "--out", "a.exe", "--store", str(store_copy)],
+              "--out: a.exe must end in .png, .svg, .pdf")]
     for args, needle in cases:
         one_line_exit_2(run_depthlab(*args), needle)
     assert not (tmp_path / "s").exists()
@@ -522,6 +528,57 @@ def test_a_run_another_process_trains_is_waited_for_not_trained_twice(store_copy
         fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released when the group ends
     finally:
         os.close(probe)
+
+
+def test_a_worker_process_holds_its_groups_runs_while_it_trains(monkeypatch, store_copy):
+    """Groups spread over devices or workers (``sweeps.devices``) hold their runs as one process does: a second
+    command training the same run waits. The worker's body runs here, its train_group probing the lock."""
+    from depthlab.sweeps import devices
+    from depthlab.training import engine
+
+    folder = Store(store_copy).run_folder(rid(run_config(0)))
+
+    def probe(configs, store):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(fd)
+        return {"probed": {}}
+
+    monkeypatch.setattr(engine, "train_group", probe)
+    monkeypatch.setattr(devices, "_DEVICE", "cpu")
+    config = run_config(0)
+    assert devices._train([config.to_dict()], devices._execution(config), str(store_copy)) == {"probed": {}}
+
+
+def test_report_figures_are_read_bounded(tmp_path):
+    """A gallery figure replaced by a link to /dev/zero, a FIFO or a file past the limit is named, not read."""
+    from depthlab.report.sections import gallery
+
+    (tmp_path / "zero.png").symlink_to("/dev/zero")
+    os.mkfifo(tmp_path / "fifo.png")
+    big = tmp_path / "big.png"
+    with big.open("wb") as f:
+        f.truncate(gallery.MAX_EMBEDDED_BYTES + 1)
+    (tmp_path / "ok.png").write_bytes(b"\x89PNG")
+    for name, needle in (("zero.png", "is a character device"), ("fifo.png", "is a FIFO"),
+                         ("big.png", "more than the 8,000,000 bytes"), ("gone.png", "missing file")):
+        html = gallery._image(str(tmp_path / name))
+        assert needle in html and "base64" not in html, html
+    assert "data:image/png;base64,iVBORw==" in gallery._image(str(tmp_path / "ok.png"))
+
+
+def test_a_torch_state_dict_past_the_memory_budget_is_refused_before_torch_reads_it(tmp_path, monkeypatch):
+    from depthlab.errors import ResourceError
+    from depthlab.induction import tl
+
+    torch.save({"w": torch.zeros(4096)}, tmp_path / "model.pth")
+    monkeypatch.setattr(torch, "load", lambda *a, **k: pytest.fail("torch.load reached"))
+    monkeypatch.setenv("DEPTHLAB_MEMORY", "16K")
+    with pytest.raises(ResourceError, match=r"--model: .*model.pth needs about"):
+        tl._read_state(tmp_path)
 
 
 def test_bounded_helpers_refuse_with_one_line(tmp_path):

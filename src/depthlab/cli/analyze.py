@@ -17,7 +17,7 @@ from rich.console import Console
 from ..analysis.tables import Table
 from ..errors import UserError
 from .app import app
-from .common import JsonOpt, StoreOpt, check_output, emit, open_run, show
+from .common import FIGURE_SUFFIXES, JsonOpt, StoreOpt, check_output, emit, open_run, show
 from .figures import FormatOpt, vector_format
 
 analyze_app = typer.Typer(no_args_is_help=True, help="Look inside a trained run: attention maps, ablations, circuits, "
@@ -104,9 +104,7 @@ def attention_picture_cmd(run: RunArg, tokens: Annotated[str | None, typer.Optio
     from ..draw import attention, save
 
     vector = vector_format(format_)
-    if out is not None and (out.is_dir() or out.suffix not in (".png", ".pdf", ".svg")):
-        raise UserError(f"--out: a file name ending in .png, .pdf or .svg (got {str(out)!r})")
-    check_output(out, "--out")  # a device, or a file or dangling symlink above it
+    check_output(out, "--out", suffixes=FIGURE_SUFFIXES)  # a folder, a device, another suffix: before any work
     db, loaded = open_run(store, run, readonly=out is not None)  # without --out, the figure is recorded in the store
     if not loaded.model.heads_per_layer:
         raise UserError(f"attention: run {loaded.id} is a {loaded.config.model.name} model, which has no attention")

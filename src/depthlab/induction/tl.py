@@ -191,8 +191,10 @@ def _read_state(folder: Path) -> dict[str, torch.Tensor]:
 
 def _torch_state(path: Path) -> dict[str, torch.Tensor]:
     """A ``.pth`` state dict read with weights_only=True (a regular file; torch's warnings about the pickle's
-    protocol kept off the terminal): a file that would run code is one line saying so."""
-    with open_regular(path, "--model"), warnings.catch_warnings():
+    protocol kept off the terminal): a file that would run code is one line saying so; one whose size cannot fit
+    in memory twice (the file and its tensors) is refused before torch reads it."""
+    with open_regular(path, "--model") as (_, size), warnings.catch_warnings():
+        require_memory(2 * size, f"--model: {path}", "use a smaller model")
         warnings.simplefilter("ignore")
         try:
             return torch.load(path, map_location="cpu", weights_only=True)
