@@ -31,6 +31,7 @@ from typing import Any
 
 import yaml
 
+from ..bounded import BoundError, parse_yaml
 from ..config import RunConfig, apply_overrides, parse_run, set_field
 from ..errors import UserError
 from ..store import Store
@@ -125,9 +126,9 @@ def _values(text: str, where: str) -> list[Any]:
     out = []
     for item in text.split(","):
         try:
-            out.append(yaml.safe_load(item.strip()))
-        except yaml.YAMLError:
-            raise UserError(f"{where}: cannot parse value {item.strip()!r}") from None
+            out.append(parse_yaml(item.strip(), where))
+        except BoundError as e:
+            raise UserError(f"{where}: cannot parse value {item.strip()!r} ({e.detail})") from None
     return out
 
 
