@@ -12,6 +12,7 @@ configs and plugins) goes through :func:`literal` and is drawn exactly as writte
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,6 +22,7 @@ import matplotlib
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.legend import Legend
+from matplotlib.ticker import LogFormatterSciNotation, LogLocator, NullFormatter
 
 # fonttype 42: TrueType fonts in PDF and PS files (journals refuse Type 3 fonts)
 STYLE: dict[str, Any] = {"font.size": 9, "axes.spines.top": False, "axes.spines.right": False, "figure.dpi": 120,
@@ -69,13 +71,36 @@ def figure_legend(fig: Figure, axes: Iterable[Axes], loc: str = "outside right u
     return fig.legend(list(handles.values()), list(handles), loc=loc, frameon=False, **kwargs)
 
 
-def whole_decades(ax: Axes) -> None:
-    """A log y axis (drawn) that would show fewer than two powers of ten widened to the powers of ten around it:
-    its labels are then 10^k alone, where matplotlib would otherwise label 2×10^k, 3×10^k … between them."""
-    lo, hi = ax.get_ylim()
-    if ax.get_yscale() != "log" or lo <= 0 or math.floor(math.log10(hi)) - math.ceil(math.log10(lo)) >= 1:
+def log_ticks(ax: Axes, axis: str = "y") -> None:
+    """Enough labelled ticks on a log axis (drawn): where it spans fewer than two and a half powers of ten,
+    matplotlib would label two or three of them; then 1, 2 and 5 × 10^k are labelled (every 1 … 9 × 10^k below
+    one power of ten). A linear axis is left as it is."""
+    if (ax.get_yscale() if axis == "y" else ax.get_xscale()) != "log":
         return
-    ax.set_ylim(10.0 ** math.floor(math.log10(lo)), 10.0 ** math.ceil(math.log10(hi)))
+    lo, hi = ax.get_ylim() if axis == "y" else ax.get_xlim()
+    if lo <= 0 or hi <= 0:
+        return
+    span = abs(math.log10(hi / lo))
+    if span >= 2.5:
+        return
+    subs = (1.0, 2.0, 5.0) if span >= 1 else tuple(float(s) for s in range(1, 10))
+    target = ax.yaxis if axis == "y" else ax.xaxis
+    target.set_major_locator(LogLocator(base=10, subs=subs))
+    target.set_major_formatter(LogFormatterSciNotation(labelOnlyBase=False))
+    target.set_minor_formatter(NullFormatter())
+
+
+def caption(fig: Figure, text: str, width: int = 110) -> None:
+    """``text`` below the figure, at its left, wrapped at ``width`` characters: what the marks mean (bands, dashed
+    lines, crosses), said where the reader looks."""
+    wrapped = "\n".join(textwrap.fill(part, width) for part in text.split("\n"))
+    fig.text(0.0, 0.0, literal(wrapped), fontsize=7, va="top", ha="left", color="0.25")
+
+
+def chance_line(ax: Axes, chance: float | None, label: str = "chance") -> None:
+    """Chance level as a grey dashed line (labelled for the figure's legend); nothing when unknown."""
+    if chance is not None and math.isfinite(chance):
+        ax.axhline(chance, color="grey", ls="--", lw=0.8, label=label)
 
 
 def save(fig: Figure, path: str | Path, vector: str | None = None) -> Path:
