@@ -131,8 +131,8 @@ def test_layers_rows_keep_the_two_learning_rates_apart(tmp_path):
 
 def test_length_rows_report_the_best_cell_with_its_settings(tmp_path):
     store = Store(tmp_path / "store")
-    ids = two_lrs(store, {"name": "index_lookup", "N": 4, "alphabet": 4, "min_length": 4}, {"name": "transformer", "width": 8},
-                  depths=(1,))
+    ids = two_lrs(store, {"name": "index_lookup", "N": 4, "alphabet": 4, "min_length": 4},
+                  {"name": "transformer", "width": 8}, depths=(1,))
     (row,) = lengths.length_rows(store, ids)
     assert row["accuracy"] == pytest.approx(0.85) and row["seeds"] == 2  # the best cell, never the pool
     assert row["settings"] == {"train.lr": 0.003} and row["tried"] == 2 and row["lr"] == 0.003
@@ -145,3 +145,63 @@ def test_the_runs_frame_names_each_run_s_cell(icqa_store):
     assert frame["cell"].nunique() == 4
     means = frame.groupby("cell")["accuracy"].mean().round(3)
     assert sorted(means.tolist()) == [0.3, 0.3, 0.85, 0.85]
+
+
+def test_depthlab_runs_shows_the_learning_rate_and_ids_that_name_their_runs(icqa_store, depthlab_main, monkeypatch):
+    store, ids = icqa_store
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = depthlab_main("runs", "--store", str(store.root))
+    assert code == 0 and max(len(line) for line in out.splitlines()) <= 80
+    header = next(line for line in out.splitlines() if " id " in line)
+    assert " lr " in header and " seed " in header
+    lines = [line for line in out.splitlines() if "icqa" in line]
+    assert len(lines) == 8
+    for line in lines:  # each row's id whole on its line, a prefix naming exactly its run
+        prefix = line.split()[1]
+        assert len(prefix) >= 8 and store.resolve(prefix) in ids
+    code, out, _ = depthlab_main("runs", "--store", str(store.root), "--json")
+    rows = json.loads(out)["runs"]
+    assert {r["settings"]["train.lr"] for r in rows} == {0.003, 0.01} and len({r["cell"] for r in rows}) == 4
+
+
+def test_the_report_shows_the_learning_rate_and_splits_the_heat_map(icqa_store, tmp_path):
+    from depthlab.report.html import build_report
+
+    store, _ = icqa_store
+    page = (tmp_path / "r.html")
+    build_report(store, page, examples=1)
+    text = page.read_text()
+    runs_table = text.split('id="all-runs"')[1]
+    assert "<th class='num' title='train.lr'>lr</th>" in runs_table
+    assert runs_table.count('<td class="num">0.003</td>') == 4 and runs_table.count('<td class="num">0.01</td>') == 4
+    data = json.loads(text.split('id="depthlab-data">')[1].split("</script>")[0])
+    assert len(data["cells"]) == 4 and all(len(c["runs"]) == 2 for c in data["cells"].values())
+    assert "icqa lr=0.003" in text and "icqa lr=0.01" in text
+
+
+def test_the_seed001_depth_table_fits_80_columns_with_every_number_whole(tmp_path):
+    """``depthlab reproduce seed001-depth --scale quick | cat``: rich renders at 80 columns when piped. The
+    preset's 36 runs written with accuracies of the README's width (no training): no line over 80 characters,
+    no cell split over two lines, the protocol and "mean ± sd over 3 seeds" said once, below."""
+    from depthlab.api.reproduce import preset_title
+    from depthlab.sweeps.presets import load_preset
+
+    preset = load_preset("seed001-depth", "quick")
+    store = Store(tmp_path / "store")
+    ids = []
+    for i, run in enumerate(preset.runs):
+        config = run.to_dict()
+        run_id = store.create_run(config, run.task.name, run.model.name)
+        store.finish_run(run_id, {"accuracy": 0.987654 - 0.1 * (i % 3), "loss": 0.1, "steps": run.train.steps,
+                                  "chance": run.task.chance, "eval_protocol": run.task.eval_protocol,
+                                  "eval_examples": 338688}, step=run.train.steps)
+        ids.append(run_id)
+    table = capability.capability_table(capability.capability_rows(store, ids), preset_title(preset))
+    text = rendered(table)
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    for row in table.rows:  # every cell whole on the line of its task
+        line = next(line for line in lines if f" {row[0]} " in line)
+        assert all(cell in line for cell in row), (row, line)
+    assert text.count("mean ± sd over 3 seeds") == 1 and text.count("evaluated on") == 1
+    assert "seed 001 Figure 2" in text

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table as RichTable
@@ -134,7 +135,8 @@ def run_sweep(runs: list, store: Store, group_size: int | None, quiet: bool, des
 def rich_table(table: Table) -> RichTable:
     """``table`` as a rich table."""
     out = RichTable(title=table.title, title_justify=table.title_justify, caption=table.caption,
-                    caption_justify=table.caption_justify)
+                    caption_justify=table.caption_justify,
+                    **({"box": box.SIMPLE_HEAD, "pad_edge": False, "collapse_padding": True} if table.compact else {}))
     for column in table.columns:
         out.add_column(column.header, justify=column.justify, no_wrap=column.no_wrap)
     for row in table.rows:

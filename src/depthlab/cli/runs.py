@@ -193,7 +193,8 @@ def _show_runs(rows: list[dict[str, Any]], every: list[str]) -> None:
     table = Table([Column("id", no_wrap=True), Column("task"), Column("model"), Column("layers", "right"),
                    *[Column(names[f], "right") for f in fields], Column("seed", "right"), Column("status"),
                    Column("step", "right"), Column("accuracy", "right", no_wrap=True)],
-                  caption="ids: a unique prefix (every command takes one); --json gives them whole" if rows else None)
+                  caption="ids: a unique prefix (every command takes one); --json gives them whole" if rows else None,
+                  compact=True)
     for r in rows:
         acc = r["metrics"].get("accuracy")
         layers = "—" if r["layers"] is None else str(r["layers"])  # an llm-bench run has none
