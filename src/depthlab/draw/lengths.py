@@ -11,10 +11,10 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from .style import caption, chance_line, figure_legend, literal, new_figure
+from .svg import NEAR_CHANCE
 
 NOTATION = ("TF-(L, W): a transformer with L layers of width W, as seed 003 writes it (Figure 2); LSTM, DSS, Mamba, "
             "LinTF (linear transformer), RetNet and AttnOnly (attention-only) likewise.")
-NEAR_CHANCE = 0.02  # a cell at most this far above chance is hatched: nothing learned
 
 
 def heatmap_figure(rows: list[dict[str, Any]], title: str) -> Figure:

@@ -22,6 +22,8 @@ CHANCE = "#cf222e"
 # matplotlib's viridis at 0, 1/8, …, 1 (the paper figures use it too, see depthlab.draw.depth).
 _VIRIDIS = ["#440154", "#472d7b", "#3b528b", "#2c728e", "#21918c", "#28ae80", "#5ec962", "#addc30", "#fde725"]
 
+NEAR_CHANCE = 0.02  # an accuracy at most this far above chance is drawn hatched: nothing learned
+
 
 def esc(text: Any) -> str:
     """Text made safe for HTML and SVG content and attribute values."""
@@ -154,7 +156,7 @@ def heatmap_svg(rows: Sequence[str], cols: Sequence[str], cells: Sequence[Cell],
                    f'<title>{esc(c.tip)}</title>'
                    f'<rect x="{x + 1:g}" y="{y + 1:g}" width="{cell_w - 2:g}" height="{cell_h - 2:g}" rx="3" '
                    f'fill="{colour}"/>')
-        at_chance = c.value is not None and c.chance is not None and c.value <= c.chance + 0.02
+        at_chance = c.value is not None and c.chance is not None and c.value <= c.chance + NEAR_CHANCE
         if at_chance:
             out.append(f'<rect x="{x + 1:g}" y="{y + 1:g}" width="{cell_w - 2:g}" height="{cell_h - 2:g}" rx="3" '
                        f'fill="url(#{uid}-hatch)"/>')
