@@ -86,7 +86,7 @@ def log_ticks(ax: Axes, axis: str = "y") -> None:
     subs = (1.0, 2.0, 5.0) if span >= 1 else tuple(float(s) for s in range(1, 10))
     target = ax.yaxis if axis == "y" else ax.xaxis
     target.set_major_locator(LogLocator(base=10, subs=subs))
-    target.set_major_formatter(LogFormatterSciNotation(labelOnlyBase=False))
+    target.set_major_formatter(LogFormatterSciNotation(labelOnlyBase=False, minor_thresholds=(math.inf, math.inf)))
     target.set_minor_formatter(NullFormatter())
 
 

@@ -84,6 +84,13 @@ def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     return ticks
 
 
+def _power_label(x: float) -> str:
+    """``1e-3``, ``2e-3``: a log axis' tick outside 0.01 … 1000."""
+    e = math.floor(math.log10(x) + 1e-9)
+    m = round(x / 10.0**e, 6)
+    return f"{m:g}e{e}"
+
+
 def _tick_label(x: float) -> str:
     if x == 0:
         return "0"
@@ -251,8 +258,10 @@ def line_chart_svg(series: Sequence[Series], title: str, x_label: str = "step", 
     out = [svg_open(width, height, title),
            f'<text x="{left:g}" y="14" font-weight="600" font-size="12">{esc(title)}</text>']
     if log_y:
-        yticks = [10.0**e for e in range(math.floor(math.log10(y0)), math.ceil(math.log10(y1)) + 1)]
-        if len(yticks) > 6:
+        decades = range(math.floor(math.log10(y0)), math.ceil(math.log10(y1)) + 1)
+        subs = (1, 2, 5) if len(decades) <= 3 else (1,)  # two or three decades: 1, 2, 5 × 10^k, enough to read
+        yticks = [m * 10.0**e for e in decades for m in subs]
+        if len(yticks) > 6 and len(subs) == 1:
             yticks = yticks[:: math.ceil(len(yticks) / 6)]
     else:
         yticks = nice_ticks(y0, y1, 5)
@@ -261,7 +270,7 @@ def line_chart_svg(series: Sequence[Series], title: str, x_label: str = "step", 
             continue
         y = ty(t)
         out.append(f'<line x1="{left:g}" x2="{left + pw:g}" y1="{y:.1f}" y2="{y:.1f}" stroke="{GRID}"/>')
-        label = f"1e{round(math.log10(t))}" if log_y and not (0.01 <= t <= 1000) else _tick_label(t)
+        label = _power_label(t) if log_y and not (0.01 <= t <= 1000) else _tick_label(t)
         out.append(f'<text x="{left - 5:g}" y="{y + 3.5:.1f}" text-anchor="end" fill="{MUTED}">{esc(label)}</text>')
     for t in nice_ticks(x0, x1, 5):
         x = tx(t)
