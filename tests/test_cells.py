@@ -157,7 +157,7 @@ def test_depthlab_runs_shows_the_learning_rate_and_ids_that_name_their_runs(icqa
     lines = [line for line in out.splitlines() if "icqa" in line]
     assert len(lines) == 8
     for line in lines:  # each row's id whole on its line, a prefix naming exactly its run
-        prefix = line.split()[1]
+        prefix = line.split()[0]
         assert len(prefix) >= 8 and store.resolve(prefix) in ids
     code, out, _ = depthlab_main("runs", "--store", str(store.root), "--json")
     rows = json.loads(out)["runs"]

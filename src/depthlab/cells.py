@@ -122,21 +122,23 @@ def labelled(name: str, config: dict[str, Any], fields: list[str]) -> str:
 
 
 def variant_fields(configs: list[dict[str, Any]], name: Callable[[dict[str, Any]], str],
-                   ignore: Iterable[str] = ()) -> list[list[str]]:
+                   ignore: Iterable[str] = (), slot: Callable[[dict[str, Any]], Hashable] | None = None
+                   ) -> list[list[str]]:
     """For each config, the fields (:func:`varying_fields`, less ``ignore``) that differ among the configs of its
-    ``name``: what must be said beside the name to tell it from the others of that name."""
+    ``name`` (with ``slot``: among those of its name in one slot, e.g. one depth, so a field that only follows the
+    depth is not one): what must be said beside the name to tell it from the others of that name."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for c in configs:
         groups.setdefault(name(c), []).append(c)
-    fields = {n: varying_fields(group, ignore=ignore) for n, group in groups.items()}
+    fields = {n: varying_fields(group, slot, ignore) for n, group in groups.items()}
     return [fields[name(c)] for c in configs]
 
 
 def variant_labels(configs: list[dict[str, Any]], name: Callable[[dict[str, Any]], str],
-                   ignore: Iterable[str] = ()) -> list[str]:
+                   ignore: Iterable[str] = (), slot: Callable[[dict[str, Any]], Hashable] | None = None) -> list[str]:
     """Short distinct labels: each config's ``name`` and the values of its :func:`variant_fields`
     (``icqa k=2`` and ``icqa k=3``; ``icqa lr=0.01``)."""
-    return [labelled(name(c), c, f) for c, f in zip(configs, variant_fields(configs, name, ignore), strict=True)]
+    return [labelled(name(c), c, f) for c, f in zip(configs, variant_fields(configs, name, ignore, slot), strict=True)]
 
 
 def list_fields(configs: list[dict[str, Any]]) -> list[str]:

@@ -40,6 +40,10 @@ def depth_label(depth: Any) -> str:
 CELL_AXES = ("model.layers",)  # what a capability table lays out as columns, never as a label
 
 
+def _depth(config: dict[str, Any]) -> Any:
+    return config["model"].get("layers")
+
+
 def capability_rows(store: Store, run_ids: list[str]) -> list[dict[str, Any]]:
     """One row per cell (the runs whose configs differ only in the seed: ``depthlab.cells``), in the order the
     runs are given; runs that were not trained (``llm-bench``) are left out.
@@ -50,7 +54,7 @@ def capability_rows(store: Store, run_ids: list[str]) -> list[dict[str, Any]]:
     records = [r for r in (store.get_run(i) for i in run_ids) if r is not None and is_trained(r)]
     groups = group_cells(records)
     configs = [runs[0]["config"] for runs in groups]
-    fields = variant_fields(configs, lambda c: c["task"]["name"], ignore=CELL_AXES)
+    fields = variant_fields(configs, lambda c: c["task"]["name"], ignore=CELL_AXES, slot=_depth)
     rows = []
     for runs, config, distinguishing in zip(groups, configs, fields, strict=True):
         done = [r for r in runs if r["status"] == "done" and r["final"] and r["final"].get("accuracy") is not None]
@@ -115,11 +119,10 @@ def capability_grids(store: Store, run_ids: list[str]) -> list[dict[str, Any]]:
         model = {k: v for k, v in config["model"].items() if k != "layers"}
         grid = grids.setdefault(json.dumps(model, sort_keys=True),
                                 {"model": model, "tasks": [], "task_keys": [], "depths": set(), "cells": []})
-        variant = {k: v for k, v in config.items() if k != "model"}
-        task_key = json.dumps(variant, sort_keys=True)
+        task_key = json.dumps({k: v for k, v in config.items() if k != "model"}, sort_keys=True)
         if task_key not in grid["task_keys"]:
             grid["task_keys"].append(task_key)
-            grid["tasks"].append({"config": config["task"], "variant": variant, "name": config["task"]["name"],
+            grid["tasks"].append({"config": config["task"], "variant": config, "name": config["task"]["name"],
                                   "chance": row["chance"], "eval_protocol": row["eval_protocol"],
                                   "eval_examples": row["eval_examples"]})
         task = grid["tasks"][grid["task_keys"].index(task_key)]
@@ -134,7 +137,7 @@ def capability_grids(store: Store, run_ids: list[str]) -> list[dict[str, Any]]:
         grid["model_label"] = label
         grid["depths"] = sorted(grid["depths"], key=lambda d: (d is None, d))
         variants = [t.pop("variant") for t in grid["tasks"]]
-        fields = variant_fields(variants, lambda v: v["task"]["name"])
+        fields = variant_fields(variants, lambda v: v["task"]["name"], ignore=("model",), slot=_depth)
         for task, variant, distinguishing in zip(grid["tasks"], variants, fields, strict=True):
             task["label"] = labelled(task["name"], variant, distinguishing)
             task["settings"] = field_values(variant, distinguishing)

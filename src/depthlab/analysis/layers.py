@@ -50,7 +50,7 @@ def layers_rows(store: Store, run_ids: list[str]) -> list[dict[str, Any]]:
     groups = group_cells(records)
     configs = [runs[0]["config"] for runs in groups]
     fields = variant_fields(configs, lambda c: json.dumps([c["task"].get("target", "ic"), c["task"].get("D")]),
-                            ignore=("model.layers",))
+                            ignore=("model.layers",), slot=lambda c: c["model"].get("layers"))
     rows = []
     for runs, config, distinguishing in sorted(zip(groups, configs, fields, strict=True), key=_order):
         formulation, depth, layers = config["task"].get("target", "ic"), config["task"].get("D"), config["model"].get(

@@ -25,7 +25,6 @@ from ..cells import (
     short_names,
     value_text,
     variant_fields,
-    variant_labels,
     varying_fields,
 )
 from ..models import MODELS
@@ -128,20 +127,19 @@ def length_rows(store: Store, run_ids: list[str]) -> list[dict[str, Any]]:
 
 
 def _distinct_labels(rows: list[dict[str, Any]]) -> None:
-    """Labels that tell rows apart: a model's ``label`` (``TF-(1, 64)``) adds the model fields in which configs of
-    that label differ (``TF-(1, 64) heads=1``), ``task_label`` the task's name with the fields (besides the
-    length) in which its variants differ (``dyck k=3``), and ``task_title`` the same with the seed's name of the
-    task (``bounded Dyck k=3``)."""
-    models = [json.loads(m) for m in dict.fromkeys(json.dumps({"model": r["model_config"]}, sort_keys=True)
-                                                   for r in rows)]
-    model_labels = variant_labels(models, lambda m: model_label(m["model"]), ignore=("model.layers", "model.width"))
-    by_model = {json.dumps(m, sort_keys=True): label for m, label in zip(models, model_labels, strict=True)}
-    tasks = [json.loads(t) for t in dict.fromkeys(json.dumps(r["task_config"], sort_keys=True) for r in rows)]
-    by_task = {json.dumps(t, sort_keys=True): (labelled(t["name"], t, f), labelled(task_title(t["name"]), t, f))
-               for t, f in zip(tasks, variant_fields(tasks, lambda t: t["name"]), strict=True)}
-    for r in rows:
-        r["label"] = by_model[json.dumps({"model": r["model_config"]}, sort_keys=True)]
-        r["task_label"], r["task_title"] = by_task[json.dumps(r["task_config"], sort_keys=True)]
+    """Labels that tell rows apart at one length: a model's ``label`` (``TF-(1, 64)``) adds the model fields in which
+    configs of that label differ (``TF-(1, 64) heads=1``), ``task_label`` the task's name with the fields in which
+    its variants differ (``dyck k=3``; a field that follows the length, such as a minimum length, is not one), and
+    ``task_title`` the same with the seed's name of the task (``bounded Dyck k=3``)."""
+    configs = [{"task": r["task_config"], "model": r["model_config"], "length": r["length"]} for r in rows]
+    at_length = lambda c: c["length"]  # noqa: E731
+    models = variant_fields(configs, lambda c: model_label(c["model"]), ignore=("task", "length", "model.layers",
+                            "model.width"), slot=lambda c: json.dumps([c["task"], c["length"]], sort_keys=True))
+    tasks = variant_fields(configs, lambda c: c["task"]["name"], ignore=("model", "length"), slot=at_length)
+    for r, config, model_fields, task_fields in zip(rows, configs, models, tasks, strict=True):
+        r["label"] = labelled(model_label(r["model_config"]), config, model_fields)
+        r["task_label"] = labelled(r["task"], config, task_fields)
+        r["task_title"] = labelled(task_title(r["task"]), config, task_fields)
 
 
 def best_per_family(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
