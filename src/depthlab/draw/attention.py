@@ -119,5 +119,5 @@ def comparison_figure(sources: Sequence[tuple[str, Sequence[dict[str, Any]]]], t
         fig.suptitle(literal(title), fontsize=10)
         caption(fig, "Each panel: one layer's attention summed over its heads, a row per query position and a column "
                      "per key, white at 0 and darkest at the panel's own maximum (in its title: ReLU attention is not "
-                     "normalised); the answer the model gives under the last layer.", width=int(40 * len(panels)))
+                     "normalised); the answer the model gives under the last layer.")
     return fig

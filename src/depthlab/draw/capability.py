@@ -59,5 +59,5 @@ def min_depth_figure(cells: Sequence[CellResult], title: str = "", expected_labe
         note = ("Black outline: the minimum depth (most seeds reach the target)"
                 + (f"; red dashed: {expected_label}" if any(expected) else "")
                 + f"; hatched: at most chance + {NEAR_CHANCE:g}; blank: not trained (the climb had settled).")
-        caption(fig, note, width=int(30 + 9 * len(depths) + 0.5 * max(map(len, labels), default=8)))
+        caption(fig, note)
     return fig

@@ -80,6 +80,5 @@ def circuits_figure(rows: list[dict[str, Any]], title: str) -> Figure:
         fig.suptitle(literal(title), fontsize=9)
         caption(fig, "An arrow: a circuit head of layer L (its colour) moving information from the position at its "
                      "tail to the position at its head; MSE: the model's validation loss; circuit only: the loss with "
-                     "every other head replaced and each circuit head attending one-hot along its paths.",
-                width=int(55 * n))
+                     "every other head replaced and each circuit head attending one-hot along its paths.")
     return fig

@@ -40,5 +40,5 @@ def emergence_figure(result: dict[str, Any], title: str = "") -> Figure:
             fig.suptitle(literal(title), fontsize=9)
         caption(fig, "Left (seed 002 Figure 6): validation loss and the partial loss of each chain position. Right "
                      "(Figure 7): the mean attention each circuit head puts on its path, the first step it passes the "
-                     "threshold dotted in the path's colour.", width=150)
+                     "threshold dotted in the path's colour.")
     return fig

@@ -59,5 +59,5 @@ def heads_figure(rows: list[dict[str, Any]], title: str) -> Figure:
         fig.suptitle(literal(title), fontsize=10)
         n = "/".join(str(k) for k in sorted(seeds)) or "the"
         caption(fig, f"Lines: mean over {n} seeds of evaluation accuracy (top) and loss (bottom); shaded: from the "
-                     "lowest to the highest seed; grey dashed: chance.", width=160)
+                     "lowest to the highest seed; grey dashed: chance.")
     return fig

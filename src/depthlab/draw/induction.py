@@ -34,7 +34,7 @@ def strength_figure(strengths: dict[str, np.ndarray], title: str = "") -> Figure
         if title:
             fig.suptitle(literal(title), fontsize=9)
         caption(fig, "One outline per model on shared bins; dashed: each model's median; grey: zero strength "
-                     "(induction no better than shuffled).", width=100)
+                     "(induction no better than shuffled).")
     return fig
 
 
@@ -90,7 +90,7 @@ def powers_figure(p: Powers, title: str = "") -> Figure:
             fig.suptitle(literal(title), fontsize=9)
         caption(fig, "A power of a token: its mean induction strength where it is token A; B power: where it is "
                      "token B (seed 004 Result 1). Left: outlines on shared bins; right: each token, bars ± one "
-                     "standard error.", width=120)
+                     "standard error.")
     return fig
 
 
@@ -112,7 +112,7 @@ def bleeding_figure(results: dict[str, Bleeding], title: str = "") -> Figure:
         if title:
             fig.suptitle(literal(title), fontsize=9)
         caption(fig, "Points: mean strength of the token scored, bars ± one standard error; dashed, in the "
-                     "model's colour: random tokens; grey: zero.", width=100)
+                     "model's colour: random tokens; grey: zero.")
     return fig
 
 

@@ -71,6 +71,5 @@ def layers_figure(rows: list[dict[str, Any]], title: str = "") -> Figure:
         if title:
             fig.suptitle(literal(title), fontsize=9)
         caption(fig, "Left: mean over seeds of the final validation loss, shaded from the lowest to the highest "
-                     "seed. Right: the mean over seeds of the partial loss of each chain position x_k (IC).",
-                width=130)
+                     "seed. Right: the mean over seeds of the partial loss of each chain position x_k (IC).")
     return fig

@@ -58,7 +58,7 @@ def heatmap_figure(rows: list[dict[str, Any]], title: str) -> Figure:
         fig.suptitle(literal(title), fontsize=9)
         marks = (f" Hatched: at most chance + {NEAR_CHANCE:g} (chance {', '.join(f'{c:.3f}' for c in sorted(chances))}"
                  ", red on the colour bar)." if chances else "")
-        caption(fig, NOTATION + marks, width=70 + 30 * len(tasks))
+        caption(fig, NOTATION + marks)
     return fig
 
 
@@ -95,7 +95,7 @@ def curves_figure(curve_sets: dict[tuple[str, str], list[dict[str, list]]], chan
         if target is not None:
             ends += f", or early, once validation accuracy reached {target:g}"
         caption(fig, f"A line per seed, a colour per model; grey dashed: chance. A line ends where its run stopped: "
-                     f"at {ends}. " + NOTATION, width=60 + 40 * len(tasks))
+                     f"at {ends}. " + NOTATION)
     return fig
 
 

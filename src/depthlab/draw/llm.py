@@ -76,5 +76,5 @@ def accuracy_figure(summary: dict[str, Any], title: str | None = None) -> Figure
         figure_legend(fig, [ax])
         fig.suptitle(literal(f"seed 002 Figure 2: {title}" if title else "seed 002 Figure 2"), fontsize=9)
         caption(fig, "Bars and points: the share of questions answered correctly; error bars: its 95 % interval; "
-                     "dashed: the accuracy of random guessing.", width=120)
+                     "dashed: the accuracy of random guessing.")
     return fig

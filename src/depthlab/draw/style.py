@@ -28,6 +28,7 @@ from matplotlib.ticker import LogFormatterSciNotation, LogLocator, NullFormatter
 STYLE: dict[str, Any] = {"font.size": 9, "axes.spines.top": False, "axes.spines.right": False, "figure.dpi": 120,
                          "pdf.fonttype": 42, "ps.fonttype": 42}
 VECTOR_FORMATS = ("pdf", "svg")
+CAPTION_CHARS_PER_INCH = 17  # characters of 7-point text per inch of figure width
 
 
 def literal(text: object) -> str:
@@ -90,9 +91,10 @@ def log_ticks(ax: Axes, axis: str = "y") -> None:
     target.set_minor_formatter(NullFormatter())
 
 
-def caption(fig: Figure, text: str, width: int = 110) -> None:
-    """``text`` below the figure, at its left, wrapped at ``width`` characters: what the marks mean (bands, dashed
-    lines, crosses), said where the reader looks."""
+def caption(fig: Figure, text: str, width: int | None = None) -> None:
+    """``text`` below the figure, at its left, wrapped at ``width`` characters (default: as many as the figure is
+    wide): what the marks mean (bands, dashed lines, crosses), said where the reader looks."""
+    width = width or max(40, int(fig.get_figwidth() * CAPTION_CHARS_PER_INCH))
     wrapped = "\n".join(textwrap.fill(part, width) for part in text.split("\n"))
     fig.text(0.0, 0.0, literal(wrapped), fontsize=7, va="top", ha="left", color="0.25")
 
