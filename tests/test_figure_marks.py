@@ -1,0 +1,84 @@
+"""Figures a reader trusts (issue 31): one colour per legend entry across a figure's panels, histograms on shared
+bins that hide nothing, chance marked wherever accuracy is drawn, bands and marks defined in a caption, a line that
+stops early saying why, enough ticks on a log axis."""
+
+from __future__ import annotations
+
+import numpy as np
+from matplotlib.colors import to_hex
+from matplotlib.patches import Polygon
+
+from depthlab.draw.heads import heads_figure
+from depthlab.draw.induction import strength_figure
+from depthlab.draw.layers import layers_figure
+from depthlab.draw.lengths import curves_figure, heatmap_figure
+
+CURVE = {"step": [10, 20, 30], "accuracy": [0.2, 0.5, 0.9], "loss": [1.0, 0.3, 0.05]}
+
+
+def caption_text(fig) -> str:
+    return " ".join(t.get_text() for t in fig.texts)
+
+
+def test_a_head_list_has_one_colour_in_every_panel_of_seed001_figures_4_to_7():
+    """The issue: red meant [8], [4, 4] and [1, 1, 1, 1] in neighbouring panels."""
+    lists = {"Figure 4: memorization": ["[1]", "[8]"], "Figure 5: IC-QA": ["[1, 1]", "[4, 4]"],
+             "Figure 7: IC-TM k=2": ["[1, 1]", "[1, 1, 1, 1]"]}
+    rows = [{"panel": panel, "heads": heads, "layers": heads.count(",") + 1, "curves": [CURVE, CURVE],
+             "chance": 0.25} for panel, names in lists.items() for heads in names]
+    fig = heads_figure(rows, "seed 001 Figures 4-7")
+    colours: dict[str, set[str]] = {}
+    for ax in fig.axes:
+        for line in ax.get_lines():
+            if not line.get_label().startswith("_") and line.get_label() != "chance":
+                colours.setdefault(line.get_label(), set()).add(to_hex(line.get_color()))
+    assert set(colours) == {"[1]", "[8]", "[1, 1]", "[4, 4]", "[1, 1, 1, 1]"}
+    assert all(len(c) == 1 for c in colours.values()), colours  # one colour per list, in every panel
+    assert len({next(iter(c)) for c in colours.values()}) == len(colours)  # and no two lists share one
+    (legend,) = fig.legends
+    assert sorted(t.get_text() for t in legend.get_texts()) == sorted([*colours, "chance"])
+    assert all(any(abs(y - 0.25) < 1e-9 for line in ax.get_lines() for y in np.ravel(line.get_ydata())[:1])
+               for ax in fig.axes[:3])  # chance on every accuracy panel
+    assert "shaded: from the lowest to the highest seed" in caption_text(fig)
+
+
+def test_strength_histograms_share_their_bins_and_none_hides_another():
+    rng = np.random.default_rng(0)
+    fig = strength_figure({"1 layer": rng.normal(0, 0.1, 500), "2 layers": rng.normal(20, 5, 500)}, "seed 004")
+    ax = fig.axes[0]
+    outlines = [p for p in ax.patches if isinstance(p, Polygon)]
+    assert len(outlines) == 2 and all(not p.get_fill() for p in outlines)  # outlines: nothing drawn over
+    edges = [np.unique(np.round(p.get_xy()[:, 0], 9)) for p in outlines]
+    assert np.array_equal(edges[0], edges[1])  # the same bins for both models
+    assert fig._suptitle is not None and "seed 004" in fig._suptitle.get_text()
+
+
+def test_length_figures_mark_chance_and_explain_the_notation_and_where_lines_end():
+    rows = [{"task": "index_lookup", "task_label": "index_lookup", "task_title": "index lookup", "label": label,
+             "length": n, "accuracy": acc, "chance": 1 / 64} for label, acc in (("TF-(1, 64)", 0.99),
+                                                                              ("LSTM-(1, 256)", 0.02))
+            for n in (20, 50)]
+    heat = heatmap_figure(rows, "seed 003 index lookup (seed 003 Figure 2)")
+    text = caption_text(heat)
+    assert "TF-(L, W)" in text and "chance" in text and "0.016" in text
+    assert [ax.get_title() for ax in heat.axes[:1]] == [""]  # one task: the figure's title names it, once
+    sets = {("index_lookup", "TF-(1, 64)"): [CURVE],
+            ("index_lookup", "LSTM-(1, 256)"): [{"step": [10, 20], "accuracy": [0.1, 0.2]}]}
+    curves = curves_figure(sets, {"index_lookup": 1 / 64}, {"index_lookup": 200}, "t", {"index_lookup": "index lookup"},
+                           {"TF-(1, 64)": 4000, "LSTM-(1, 256)": 2000}, 0.99)
+    labels = [t.get_text() for t in curves.legends[0].get_texts()]
+    assert "TF-(1, 64) (4,000 steps)" in labels and "chance" in labels
+    assert "once validation accuracy reached 0.99" in caption_text(curves)
+    assert curves.axes[0].get_title() == "index lookup, N = 200"
+
+
+def test_a_layers_line_that_stops_early_says_so_and_the_log_axis_has_enough_ticks():
+    rows = [{"formulation": f, "D": 3, "layers": n, "loss": 0.75 if f == "non_ic" else 0.75 / n ** 2,
+             "loss_min": 0.02, "loss_max": 0.75, "partial_losses": [], "partial_names": [], "variant": ""}
+            for f in ("ic", "non_ic") for n in range(1, 7 if f == "ic" else 5)]
+    fig = layers_figure(rows, "seed 002 Figure 4")
+    notes = [t.get_text() for t in fig.axes[0].texts]
+    assert notes == ["no finished run\nat 5–6 layers"]
+    fig.canvas.draw()
+    labelled = [t for t in fig.axes[0].get_yticklabels() if t.get_text()]
+    assert len(labelled) >= 4
