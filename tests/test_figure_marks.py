@@ -17,7 +17,8 @@ CURVE = {"step": [10, 20, 30], "accuracy": [0.2, 0.5, 0.9], "loss": [1.0, 0.3, 0
 
 
 def caption_text(fig) -> str:
-    return " ".join(t.get_text() for t in fig.texts)
+    """The caption: text below the figure, or the title of a legend below the panels."""
+    return " ".join([t.get_text() for t in fig.texts] + [legend.get_title().get_text() for legend in fig.legends])
 
 
 def test_a_head_list_has_one_colour_in_every_panel_of_seed001_figures_4_to_7():

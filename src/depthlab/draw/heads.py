@@ -54,10 +54,11 @@ def heads_figure(rows: list[dict[str, Any]], title: str) -> Figure:
             axes[1, col].set_xlabel("step")
         axes[0, 0].set_ylabel("accuracy (eval)")
         axes[1, 0].set_ylabel("loss (eval)")
-        figure_legend(fig, axes.flat, loc="outside lower center", ncols=min(len(colours) + 1, 7), fontsize=8,
-                      title="heads per layer [h1, h2, …] (line style: depth)", title_fontsize=8)
+        legend = figure_legend(fig, axes.flat, loc="outside lower center", ncols=min(len(colours) + 1, 7),
+                               fontsize=8)
         fig.suptitle(literal(title), fontsize=10)
         n = "/".join(str(k) for k in sorted(seeds)) or "the"
-        caption(fig, f"Lines: mean over {n} seeds of evaluation accuracy (top) and loss (bottom); shaded: from the "
-                     "lowest to the highest seed; grey dashed: chance.")
+        caption(fig, f"Heads per layer [h1, h2, …], one colour each in every panel, the line style by depth. Lines: "
+                     f"mean over {n} seeds of evaluation accuracy (top) and loss (bottom); shaded: from the lowest to "
+                     "the highest seed; grey dashed: chance.", legend=legend)
     return fig

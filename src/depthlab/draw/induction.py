@@ -30,11 +30,11 @@ def strength_figure(strengths: dict[str, np.ndarray], title: str = "") -> Figure
         ax.axvline(0, color="grey", lw=0.8)
         ax.set_xlabel("induction strength: log odds of B, induction − shuffled")
         ax.set_ylabel("sequences")
-        figure_legend(fig, [ax], loc="outside lower center", fontsize=7)
+        legend = figure_legend(fig, [ax], loc="outside lower center", fontsize=7)
         if title:
             fig.suptitle(literal(title), fontsize=9)
         caption(fig, "One outline per model on shared bins; dashed: each model's median; grey: zero strength "
-                     "(induction no better than shuffled).")
+                     "(induction no better than shuffled).", legend=legend)
     return fig
 
 
@@ -85,12 +85,12 @@ def powers_figure(p: Powers, title: str = "") -> Figure:
         right.set_xlabel("A power")
         right.set_ylabel("B power")
         right.set_title(f"{len(p.ids)} tokens, correlation {r:.2f}", fontsize=8)
-        figure_legend(fig, (left, right), loc="outside lower center", ncols=2, fontsize=7)
+        legend = figure_legend(fig, (left, right), loc="outside lower center", ncols=2, fontsize=7)
         if title:
             fig.suptitle(literal(title), fontsize=9)
         caption(fig, "A power of a token: its mean induction strength where it is token A; B power: where it is "
                      "token B (seed 004 Result 1). Left: outlines on shared bins; right: each token, bars ± one "
-                     "standard error.")
+                     "standard error.", legend=legend)
     return fig
 
 
@@ -108,11 +108,11 @@ def bleeding_figure(results: dict[str, Bleeding], title: str = "") -> Figure:
         ax.axhline(0, color="grey", lw=0.8)
         ax.set_xlabel("neighbour rank of the scored token (0 = B itself)")
         ax.set_ylabel("mean induction strength")
-        figure_legend(fig, [ax], loc="outside lower center", fontsize=7)
+        legend = figure_legend(fig, [ax], loc="outside lower center", fontsize=7)
         if title:
             fig.suptitle(literal(title), fontsize=9)
         caption(fig, "Points: mean strength of the token scored, bars ± one standard error; dashed, in the "
-                     "model's colour: random tokens; grey: zero.")
+                     "model's colour: random tokens; grey: zero.", legend=legend)
     return fig
 
 

@@ -88,14 +88,14 @@ def curves_figure(curve_sets: dict[tuple[str, str], list[dict[str, list]]], chan
             ax.set_xlabel("step")
             ax.set_title(literal(f"{(titles or {}).get(task, task)}, N = {lengths[task]}"), fontsize=9)
         axes[0].set_ylabel("accuracy (validation)")
-        figure_legend(fig, axes, loc="outside lower center", ncol=3, fontsize=8)
+        legend = figure_legend(fig, axes, loc="outside lower center", ncol=3, fontsize=8)
         if title:
             fig.suptitle(literal(title), fontsize=9)
         ends = "its step budget" + (" (beside each model)" if differ else "")
         if target is not None:
             ends += f", or early, once validation accuracy reached {target:g}"
         caption(fig, f"A line per seed, a colour per model; grey dashed: chance. A line ends where its run stopped: "
-                     f"at {ends}. " + NOTATION)
+                     f"at {ends}. " + NOTATION, legend=legend)
     return fig
 
 

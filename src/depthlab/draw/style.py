@@ -91,12 +91,19 @@ def log_ticks(ax: Axes, axis: str = "y") -> None:
     target.set_minor_formatter(NullFormatter())
 
 
-def caption(fig: Figure, text: str, width: int | None = None) -> None:
+def caption(fig: Figure, text: str, width: int | None = None, legend: Legend | None = None) -> None:
     """``text`` below the figure, at its left, wrapped at ``width`` characters (default: as many as the figure is
-    wide): what the marks mean (bands, dashed lines, crosses), said where the reader looks."""
+    wide): what the marks mean (bands, dashed lines, crosses), said where the reader looks. With ``legend`` (a
+    figure legend below the panels) the text heads that legend instead: a figure's text cannot sit under such a
+    legend, which a writer cropping to the drawn area moves to the crop's bottom edge."""
     width = width or max(40, int(fig.get_figwidth() * CAPTION_CHARS_PER_INCH))
-    wrapped = "\n".join(textwrap.fill(part, width) for part in text.split("\n"))
-    fig.text(0.0, 0.0, literal(wrapped), fontsize=7, va="top", ha="left", color="0.25")
+    wrapped = literal("\n".join(textwrap.fill(part, width) for part in text.split("\n")))
+    if legend is not None:
+        legend.set_title(wrapped, prop={"size": 7})
+        legend.get_title().set_color("0.25")
+        legend.set_alignment("left")
+        return
+    fig.text(0.0, 0.0, wrapped, fontsize=7, va="top", ha="left", color="0.25")
 
 
 def chance_line(ax: Axes, chance: float | None, label: str = "chance") -> None:
