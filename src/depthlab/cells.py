@@ -18,22 +18,9 @@ import math
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
+from .fields import flat_fields
+
 SEED = "seed"  # the one config field that makes a run a repeat of its cell
-
-
-def flat_fields(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """A config (or any nested mapping) as dotted fields: ``{"model": {"layers": 2}}`` -> ``{"model.layers": 2}``.
-
-    Values that are not mappings (numbers, text, lists such as ``model.heads: [1, 1, 6]``) are kept as they are;
-    what tables and experiment trackers show of a run's config."""
-    out: dict[str, Any] = {}
-    for key, value in config.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            out.update(flat_fields(value, f"{name}."))
-        else:
-            out[name] = value
-    return out
 
 
 def without_seed(config: dict[str, Any]) -> dict[str, Any]:
