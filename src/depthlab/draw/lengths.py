@@ -130,4 +130,6 @@ def width_figure(rows: list[dict[str, Any]], title: str) -> Figure:
         by_length.set_title("(b) against length", fontsize=8)
         figure_legend(fig, (by_width, by_length), fontsize=7)
         fig.suptitle(literal(title), fontsize=9)
+        caption(fig, "Each point: the final validation accuracy at that width and length N, the mean over seeds of "
+                     "the best configuration searched (learning rate); dotted: chance.")
     return fig
