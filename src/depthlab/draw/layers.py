@@ -9,7 +9,6 @@ import matplotlib
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
 
 from .style import caption, figure_legend, literal, log_ticks, new_figure
 
@@ -64,8 +63,8 @@ def layers_figure(rows: list[dict[str, Any]], title: str = "") -> Figure:
         right.set_ylabel(literal(f"partial validation loss (IC, D={largest}{', ' + first if first else ''})"))
         right.set_yscale("log")
         for ax in (left, right):
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-            ax.set_xlim(0.7, max(deepest, 1) + 0.3 + (0.9 if ax is left else 0))
+            ax.set_xticks(range(1, max(deepest, 1) + 1))
+            ax.set_xlim(0.7, max(deepest, 1) + 0.3 + (0.9 if ax is left else 0))  # room to say where a line stops
             log_ticks(ax)
         figure_legend(fig, (left, right))
         if title:

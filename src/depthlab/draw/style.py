@@ -60,9 +60,10 @@ def new_figure(style: dict[str, Any] | None = STYLE, **kwargs: Any) -> Iterator[
         yield StyledFigure(style=style, **{"layout": "constrained", **kwargs})
 
 
-def figure_legend(fig: Figure, axes: Iterable[Axes], loc: str = "outside right upper", **kwargs: Any) -> Legend | None:
-    """One legend for the whole figure, outside its panels: every labelled line, patch or collection of ``axes``,
-    each label once, in the order drawn. None when nothing is labelled."""
+def figure_legend(fig: Figure, axes: Iterable[Axes], loc: str = "outside right center", **kwargs: Any) -> Legend | None:
+    """One legend for the whole figure, outside its panels (at the right, centred: at the top it would run into a
+    long title): every labelled line, patch or collection of ``axes``, each label once, in the order drawn. None
+    when nothing is labelled."""
     handles: dict[str, Any] = {}
     for ax in axes:
         for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
