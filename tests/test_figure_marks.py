@@ -17,8 +17,9 @@ CURVE = {"step": [10, 20, 30], "accuracy": [0.2, 0.5, 0.9], "loss": [1.0, 0.3, 0
 
 
 def caption_text(fig) -> str:
-    """The caption: text below the figure, or the title of a legend below the panels."""
-    return " ".join([t.get_text() for t in fig.texts] + [legend.get_title().get_text() for legend in fig.legends])
+    """The caption: text below the figure, or the title of a legend below the panels (lines joined as read)."""
+    texts = [t.get_text() for t in fig.texts] + [legend.get_title().get_text() for legend in fig.legends]
+    return " ".join(" ".join(texts).split())
 
 
 def test_a_head_list_has_one_colour_in_every_panel_of_seed001_figures_4_to_7():
@@ -83,3 +84,44 @@ def test_a_layers_line_that_stops_early_says_so_and_the_log_axis_has_enough_tick
     fig.canvas.draw()
     labelled = [t for t in fig.axes[0].get_yticklabels() if t.get_text()]
     assert len(labelled) >= 4
+
+
+def chance_drawn(ax, chance: float) -> bool:
+    """A horizontal line across ``ax`` at ``chance``."""
+    return any(len(set(np.ravel(line.get_ydata()))) == 1 and abs(np.ravel(line.get_ydata())[0] - chance) < 1e-9
+               for line in ax.get_lines())
+
+
+def test_seed001_figure_2_names_tasks_by_the_seed_marks_chance_on_every_accuracy_panel_and_defines_its_band():
+    from depthlab.draw.depth import depth_figure
+
+    chance = {"icqa": 0.25, "ictm": 0.125}
+    curves = {(task, depth): [CURVE, {**CURVE, "accuracy": [0.1, 0.3, 0.7]}] for task in chance for depth in (1, 2)}
+    fig = depth_figure(curves, list(chance), chance, {"icqa": "IC-QA", "ictm": "IC-TM"},
+                       "seed 001 depth study (seed 001 Figure 2)")
+    accuracy_panels = fig.axes[:2]  # the top row
+    assert [ax.get_title() for ax in accuracy_panels] == ["IC-QA", "IC-TM"]
+    assert all(chance_drawn(ax, c) for ax, c in zip(accuracy_panels, chance.values(), strict=True))
+    assert not any(chance_drawn(ax, c) for ax in fig.axes[2:] for c in chance.values())  # loss panels: none
+    assert "seed 001 Figure 2" in fig._suptitle.get_text()
+    text = caption_text(fig)
+    assert "shaded: from the lowest to the highest seed" in text and "chance" in text and "2 seeds" in text
+
+
+def test_validation_curves_have_one_colour_and_one_legend_entry_per_model_however_many_seeds():
+    """The issue: seed 003's Dyck curves drew 10 lines with 4 legend entries, a colour per line."""
+    seeds = {"TF-(1, 64)": 3, "TF-(2, 64)": 3, "LSTM-(1, 64)": 3, "Mamba-(1, 64)": 1}
+    sets = {("dyck", label): [{"step": [10, 20], "accuracy": [0.5 + i / 100, 0.6]} for i in range(n)]
+            for label, n in seeds.items()}
+    fig = curves_figure(sets, {"dyck": 0.5}, {"dyck": 50}, "seed 003 Dyck (seed 003 Figure 2)", {"dyck": "Dyck-(2, 2)"})
+    (ax,) = fig.axes
+    lines = [line for line in ax.get_lines() if line.get_label() != "chance"]
+    assert len(lines) == sum(seeds.values())
+    ends = np.cumsum([0, *seeds.values()])  # each model's lines are drawn together, in the order of ``sets``
+    colours = {label: {to_hex(line.get_color()) for line in lines[a:b]}
+               for label, a, b in zip(seeds, ends[:-1], ends[1:], strict=True)}
+    assert all(len(c) == 1 for c in colours.values()) and len({next(iter(c)) for c in colours.values()}) == 4
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == [*seeds, "chance"]
+    assert {to_hex(h.get_color()) for h in legend.legend_handles[:4]} == {next(iter(c)) for c in colours.values()}
+    assert chance_drawn(ax, 0.5) and "a colour per model" in caption_text(fig)
