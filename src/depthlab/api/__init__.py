@@ -6,7 +6,7 @@
 
     runs = depthlab.sweep("my-sweep.yaml", store="runs")          # [RunResult(id, status, metrics), …]
     df = depthlab.Store("runs").runs()                            # one row per run, config fields dotted
-    df.groupby("model.layers")["accuracy"].mean().plot(marker="o")
+    df.groupby("cell")["accuracy"].agg(["mean", "std", "count"])  # a cell: the runs that differ only in the seed
     model = depthlab.Store("runs").load_model(runs[0].id)         # [batch, n] -> [batch, C], TransformerLens names
     logits, cache = model.run_with_cache(tokens)
 

@@ -54,7 +54,7 @@ def run_preset(preset: Preset, store: Store, out: Path | None, train: Train, vec
                         "training; allowed only for presets of sweeps")
     started = time.perf_counter()
     figure = (out or store.root / "figures") / f"{preset.name}-{preset.scale}.png"
-    title, partial = preset.title, None
+    title, partial = preset_title(preset), None
     if preset.studies:
         run_ids: list[str] = []  # a study's runs are found by climbing; its cells do not keep their ids
         summary, tables = summarize(climb_studies(preset.studies, store, train, preset.name), figure, title,
@@ -77,6 +77,15 @@ def run_preset(preset: Preset, store: Store, out: Path | None, train: Train, vec
               "seconds": round(time.perf_counter() - started, 1), "threads": torch.get_num_threads()}
     record_reproduction(store.root, manifest(preset, result, run_ids))
     return result, tables
+
+
+def preset_title(preset: Preset) -> str:
+    """What a preset's figures and tables are titled: its title and the seed figures it draws, said once
+    (``training dynamics for different attention heads (seed 001 Figures 4-7)``)."""
+    from ..captions import figures_text
+
+    figures = figures_text(preset.figures)
+    return f"{preset.title} ({figures})" if figures else preset.title
 
 
 def figure_files(obj: Any) -> list[str]:
