@@ -60,12 +60,13 @@ def layers_summary(store: Store, run_ids: list[str], figure: Path, title: str, v
 
 
 def emergence_summary(store: Store, run_ids: list[str], figure: Path, title: str,
-                      vector: str | None = None) -> Summary:
-    """Seed 002 Figures 6-7: each run's circuit found by ablation, validated, and its emergence (a figure per run,
+                      vector: str | None = None, accept: str = "within") -> Summary:
+    """Seed 002 Figures 6-7: each run's circuit found by ablation (``accept``: App. E's criterion "below" or
+    depthlab's "within", see ``analysis.circuit``), validated, and its emergence (a figure per run,
     ``FIGURE-RUN.png`` when there are several)."""
     results, tables = [], []
     for run_id in run_ids:
-        found = emergence.circuit_emergence(store, run_id)
+        found = emergence.circuit_emergence(store, run_id, accept)
         if found.emergence is None:
             results.append(found.to_json())
             continue
@@ -145,10 +146,10 @@ def information_flow_summary(store: Store | None, run_ids: list[str], figure: Pa
 
 
 def circuits_summary(store: Store, run_ids: list[str], figure: Path, title: str,
-                     vector: str | None = None) -> Summary:
-    """Seed 002 Figure 5: each run's circuit found by ablation and validated (transformers A, B, C in run order),
-    a panel each."""
-    rows = circuits.circuit_rows(store, run_ids)
+                     vector: str | None = None, accept: str = "within") -> Summary:
+    """Seed 002 Figure 5: each run's circuit found by ablation (``accept`` as for :func:`emergence_summary`) and
+    validated (transformers A, B, C in run order), a panel each."""
+    rows = circuits.circuit_rows(store, run_ids, accept)
     path = save(circuits_figure(rows, f"{title} (seed 002 Figure 5)"), figure, vector)
     return {"rows": rows, "figure": str(path)}, [circuits.circuits_table(rows, title)]
 

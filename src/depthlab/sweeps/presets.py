@@ -103,13 +103,13 @@ def preset_figures(name: str, raw: dict[str, Any]) -> list[str]:
 
 def preset_figures_of(name: str) -> list[str]:
     """The seed figures of the preset ``name`` (:func:`preset_figures`), without loading its scales."""
-    return preset_figures(name, _read(name))
+    return preset_figures(name, read_preset(name))
 
 
 def preset_info(name: str) -> dict[str, Any]:
     """What ``depthlab reproduce --list`` shows of a preset: ``name``, ``title``, ``reproduces``, ``figures``,
     ``summary`` and per scale its ``size`` in words, the ``runs`` it trains at most and its ``note``."""
-    raw = _read(name)
+    raw = read_preset(name)
     scales = {scale: load_preset(name, scale) for scale in raw.get("scales", {})}
     first = next(iter(scales.values()), None)
     return {"name": name, "title": raw.get("title", name), "reproduces": raw.get("reproduces", ""),
@@ -124,7 +124,7 @@ def _path(name: str) -> Path:
     return path
 
 
-def _read(name: str) -> dict[str, Any]:
+def read_preset(name: str) -> dict[str, Any]:
     """A preset file's mapping, parsed once per file version (``--list`` reads every scale of every preset, and
     the YAML parser took 3.5 of its 6 s); a copy, so a caller's edits never reach the cache."""
     path = _path(name)
@@ -138,12 +138,12 @@ def _parse(path: Path, mtime_ns: int) -> dict[str, Any]:
 
 def recipe(name: str) -> dict[str, Any]:
     """A preset's shared top-level ``model`` and ``train`` settings (the ones its studies measured to work)."""
-    raw = _read(name)
+    raw = read_preset(name)
     return {"model": raw.get("model") or {}, "train": raw.get("train") or {}}
 
 
 def load_preset(name: str, scale: str, overrides: list[str] | None = None) -> Preset:
-    raw = _read(name)
+    raw = read_preset(name)
     preset_figures(name, raw)  # a wrong figures list fails before any training
     scales = raw.get("scales", {})
     if scale not in scales:

@@ -1,0 +1,293 @@
+"""Seed settings against ours: what each preset's paper scale takes from its seed, and where it differs, why.
+
+A preset's ``settings:`` list says, for the paper scale, one setting at a time:
+
+- ``name``: the setting in words ("optimizer", "W_QK at initialisation");
+- ``field``: the dotted run field it is (``train.optimizer``), ``options.NAME`` for an option the scale passes
+  to its summary (``options.accept``), or null for a setting no run field holds;
+- ``where``: optionally, the runs it is about (``{task.name: ictm}``; a list of values matches any of them);
+- ``seed``: the seed's own value, with ``section`` (where the seed gives it) and ``quote`` (its words), or null
+  when the seed names none (``quote`` then shows what it does say);
+- ``grid: true`` when the value is the set of values the runs sweep (``train.lr`` over App. H's grid), not the
+  value every run has;
+- ``ours``: only where depthlab's paper scale differs from the seed, with ``why`` (the measurement or reason
+  that forced it) and ``seed_set``: the ``--set`` changes that run the seed's own value instead;
+- ``adds: true`` (with ``grid``): ours sweeps the seed's values and more (a comparison the seed does not run);
+  the seed's own runs are among ours, so no ``seed_set`` is needed;
+- ``seed_text`` / ``ours_text``: how to show a value when the raw one needs words ("uniform [0, 1)").
+
+An entry ``{include: PRESET}`` takes that preset's settings too, except for the fields this preset's own settings
+name (its own replace every included setting of that field); included settings about runs this preset does not
+have are skipped. :func:`check` holds a paper scale to its settings (``tests/test_seed_settings.py`` runs it for every
+preset); :func:`explain` is ``depthlab reproduce NAME --explain``; :func:`markdown` writes the README's table
+"Seed settings against ours" from the same data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..config import UNSET_LEFT_OUT, RunConfig, flat_fields
+from ..errors import UserError
+from .climb import plan
+from .presets import Preset, load_preset, read_preset
+
+KEYS = {"name", "field", "where", "seed", "seed_text", "section", "quote", "grid", "adds", "ours", "ours_text",
+        "why", "seed_set"}
+REQUIRED = ("name", "section", "quote")
+# Fields a paper scale may set without a setting: bookkeeping that does not change what a run learns.
+BOOKKEEPING = frozenset({"task.name", "model.name", "train.eval_every", "train.eval_examples",
+                         "train.keep_checkpoints", "train.device", "train.compile"})
+_SAME = object()
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting of a preset's paper scale against its seed (see the module docstring)."""
+
+    name: str
+    field: str | None
+    seed: Any
+    section: str
+    quote: str
+    where: dict[str, Any] = field(default_factory=dict)
+    grid: bool = False
+    adds: bool = False
+    ours: Any = _SAME
+    why: str = ""
+    seed_set: tuple[str, ...] = ()
+    seed_text: str | None = None
+    ours_text: str | None = None
+    preset: str = ""  # the preset whose file holds it (an included setting keeps its own)
+    index: int = 0  # its place in that file's list
+
+    @property
+    def differs(self) -> bool:
+        return self.ours is not _SAME
+
+    @property
+    def expected(self) -> Any:
+        """What the paper scale's runs hold: depthlab's value where it differs, else the seed's."""
+        return self.ours if self.differs else self.seed
+
+    def show_seed(self) -> str:
+        if self.seed_text is not None:
+            return self.seed_text
+        return "not given" if self.seed is None else show(self.seed)
+
+    def show_ours(self) -> str:
+        if self.ours_text is not None:
+            return self.ours_text
+        return show(self.expected)
+
+    def matches(self, flat: dict[str, Any]) -> bool:
+        """Whether a run (its flat fields) is one this setting is about: it has the field and fits ``where``."""
+        if self.field is not None and self.field not in flat:
+            return False
+        return all(flat.get(key) in (want if isinstance(want, list) else [want]) for key, want in self.where.items())
+
+
+def show(value: Any) -> str:
+    """A setting's value in a table: numbers plainly, lists in brackets, text as it is."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, list):
+        return "[" + ", ".join(show(v) for v in value) + "]"
+    return str(value)
+
+
+def _parse(name: str, i: int, raw: Any) -> Setting:
+    where = f"{name}.settings[{i}]"
+    if not isinstance(raw, dict):
+        raise UserError(f"{where}: must be a mapping with name, field, seed, section and quote")
+    unknown = sorted(set(raw) - KEYS)
+    if unknown:
+        raise UserError(f"{where}.{unknown[0]}: unknown key; allowed: {', '.join(sorted(KEYS))}")
+    missing = [k for k in (*REQUIRED, "seed") if k not in raw]
+    if missing:
+        raise UserError(f"{where}.{missing[0]}: required")
+    differs = "ours" in raw
+    if differs and not str(raw.get("why") or "").strip():
+        raise UserError(f"{where}.why: required where ours differs from the seed (the measurement or reason)")
+    if differs and raw["seed"] is not None and raw.get("field") and not raw.get("seed_set") and not raw.get("adds"):
+        raise UserError(f"{where}.seed_set: required where ours differs: the --set changes that run the seed's own")
+    filt = raw.get("where") or {}
+    if not isinstance(filt, dict):
+        raise UserError(f"{where}.where: must map dotted fields to values, e.g. {{task.name: ictm}}")
+    return Setting(str(raw["name"]), raw.get("field"), raw["seed"], str(raw["section"]), str(raw["quote"]), filt,
+                   bool(raw.get("grid", False)), bool(raw.get("adds", False)), raw["ours"] if differs else _SAME,
+                   str(raw.get("why") or ""), tuple(raw.get("seed_set") or ()), raw.get("seed_text"),
+                   raw.get("ours_text"), name, i)
+
+
+def own_settings(name: str) -> list[Setting]:
+    """The settings written in preset ``name``'s own file (its ``include:`` entries left out)."""
+    raw = read_preset(name).get("settings") or []
+    if not isinstance(raw, list):
+        raise UserError(f"{name}.settings: must be a list of settings")
+    return [_parse(name, i, item) for i, item in enumerate(raw) if not (isinstance(item, dict) and "include" in item)]
+
+
+def includes(name: str) -> list[str]:
+    raw = read_preset(name).get("settings") or []
+    return [str(item["include"]) for item in raw if isinstance(item, dict) and "include" in item]
+
+
+def settings(name: str, _seen: frozenset[str] = frozenset()) -> list[Setting]:
+    """Preset ``name``'s settings: its own, then those of the presets it includes (and theirs)."""
+    if name in _seen:
+        raise UserError(f"{name}.settings: includes itself (through {', '.join(sorted(_seen))})")
+    out = own_settings(name)
+    mine = {s.field for s in out if s.field}
+    for other in includes(name):
+        out += [s for s in settings(other, _seen | {name}) if s.field not in mine]
+    return out
+
+
+def scale_runs(preset: Preset) -> list[RunConfig]:
+    """Every run a scale may train: its sweeps' runs, and every depth, width, value and seed of its studies."""
+    runs = list(preset.runs)
+    for study in preset.studies:
+        runs += [run for _, by_depth in plan(study) for depth_runs in by_depth.values() for run in depth_runs]
+    return runs
+
+
+def _flat(run: RunConfig) -> dict[str, Any]:
+    """A run's fields, dotted; train fields left out of its config while unset are there as None."""
+    return {**{f"train.{f}": getattr(run.train, f) for f in UNSET_LEFT_OUT}, **flat_fields(run.to_dict())}
+
+
+def _values(setting: Setting, flats: list[dict[str, Any]]) -> list[Any]:
+    return [flat.get(setting.field) for flat in flats if setting.matches(flat)]
+
+
+def _holds(setting: Setting, values: list[Any], want: Any, seed: bool = False) -> bool:
+    if setting.grid and setting.adds and seed:  # the seed's runs are among ours
+        return isinstance(want, list) and set(_distinct(want)) <= set(_distinct(values))
+    if setting.grid:
+        return isinstance(want, list) and _distinct(values) == _distinct(want)
+    return all(v == want for v in values)
+
+
+def _distinct(values: list[Any]) -> list[str]:
+    return sorted({repr(v) for v in values})
+
+
+def explicit_fields(name: str, scale: str = "paper") -> set[str]:
+    """The run fields a scale sets itself (its sweeps' and studies' mappings and grids; a study's depths and
+    seeds), which :func:`check` asks a setting for."""
+    body = read_preset(name)["scales"][scale]
+    out: set[str] = set()
+    for sweep in body.get("sweeps") or []:
+        out |= set(flat_fields({k: v for k, v in sweep.items() if k in ("task", "model", "train")}))
+        out |= set(sweep.get("sweep") or {})
+        if "seed" in sweep:
+            out.add("seed")
+        for value in (sweep.get("sweep") or {}).get("model", []):  # a grid over whole model mappings
+            out |= set(flat_fields({"model": value}))
+    for study in body.get("studies") or []:
+        out |= set(flat_fields({k: v for k, v in study.items() if k in ("task", "model", "train")}))
+        out |= {"model.layers", "seed"} | {f for f in (study.get("vary") or {})}
+        out |= {"model.width"} if study.get("widths") else set()
+    out.discard("model")
+    return out - BOOKKEEPING
+
+
+def check(name: str) -> list[str]:
+    """What is wrong with preset ``name``'s paper scale against its settings (empty: nothing):
+
+    - a field the paper scale sets that no setting covers for some run;
+    - a setting of its own that matches none of its runs, or names a field the runs do not have;
+    - runs whose field is not what the setting says (the seed's value, or ours where it differs);
+    - a differing setting whose ``seed_set`` does not give the seed's value.
+    """
+    preset = load_preset(name, "paper")
+    flats = [_flat(run) for run in scale_runs(preset)]
+    problems = [f"{name}: setting {s.name!r} ({s.field}): the paper scale's options hold "
+                f"{show(preset.options.get(s.field.removeprefix('options.')))}, the setting says {show(s.expected)}"
+                for s in settings(name) if s.field and s.field.startswith("options.")
+                and preset.options.get(s.field.removeprefix("options.")) != s.expected]
+    every = settings(name)
+    for s in every:
+        if s.field is None or s.field.startswith("options."):
+            continue
+        values = _values(s, flats)
+        if not values:
+            if s.preset == name:  # an included setting may be about runs this preset does not have
+                problems.append(f"{name}: setting {s.name!r} ({s.field}) matches no paper-scale run")
+            continue
+        if s.adds and not _holds(s, values, s.seed, seed=True):
+            problems.append(f"{name}: setting {s.name!r} ({s.field}) adds to the seed's values but lacks some of "
+                            f"them: runs hold {_distinct(values)}, the seed {show(s.seed)}")
+        if not _holds(s, values, s.expected):
+            problems.append(f"{name}: setting {s.name!r} ({s.field}): runs hold {_distinct(values)}, the setting "
+                            f"says {show(s.expected)}")
+        if s.differs and s.seed is not None and not s.adds:
+            seeded = [_flat(run) for run in scale_runs(load_preset(name, "paper", list(s.seed_set)))]
+            got = _values(s, seeded)
+            if not got or not _holds(s, got, s.seed):
+                problems.append(f"{name}: setting {s.name!r}: --set {' '.join(s.seed_set)} gives "
+                                f"{_distinct(got)}, not the seed's {show(s.seed)}")
+    for f in sorted(explicit_fields(name)):
+        uncovered = [flat for flat in flats if f in flat and not any(s.field == f and s.matches(flat) for s in every)]
+        if uncovered:
+            first = uncovered[0]
+            problems.append(f"{name}: field {f} is set by the paper scale but no setting covers it (e.g. a run of "
+                            f"task {first.get('task.name')}, model {first.get('model.name')})")
+    return problems
+
+
+def rows(name: str) -> list[dict[str, Any]]:
+    """Preset ``name``'s settings as rows (``--explain``, ``--list --json``): the setting, the runs it is about,
+    the seed's value with its section and words, depthlab's, whether they differ, why, and the ``--set`` changes
+    that run the seed's own."""
+    out = []
+    for s in settings(name):
+        out.append({"setting": s.name, "field": s.field, "where": s.where or None, "seed": s.show_seed(),
+                    "section": s.section, "quote": s.quote, "ours": s.show_ours(), "differs": s.differs,
+                    "why": s.why or None, "seed_set": list(s.seed_set), "from": s.preset})
+    return out
+
+
+def explain(name: str) -> dict[str, Any]:
+    """What ``depthlab reproduce NAME --scale paper --explain --json`` prints."""
+    preset = load_preset(name, "paper")
+    return {"preset": name, "scale": "paper", "title": preset.title, "reproduces": preset.reproduces,
+            "settings": rows(name)}
+
+
+def _cell(text: str) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def _where(s: Setting) -> str:
+    return ", ".join(f"{k.removeprefix('task.').removeprefix('model.')}={show(v)}" for k, v in s.where.items())
+
+
+def applies(name: str) -> list[Setting]:
+    """Preset ``name``'s settings that are about its paper-scale runs (an included setting about runs this
+    preset does not have is left out; a setting without a field always applies)."""
+    flats = [_flat(run) for run in scale_runs(load_preset(name, "paper"))]
+    return [s for s in settings(name) if s.field is None or s.preset == name or any(s.matches(f) for f in flats)]
+
+
+def markdown(names: list[str]) -> str:
+    """The README's table: every setting where depthlab's paper scale differs from its seed or the seed names
+    no value, one row per setting (the presets that share it, through ``include:``, listed together), with the
+    ``--set`` changes that run the seed's own."""
+    grouped: dict[tuple[str, int], tuple[Setting, list[str]]] = {}
+    for name in names:
+        for s in applies(name):
+            if s.differs:
+                key = (s.preset, s.index)
+                grouped.setdefault(key, (s, []))[1].append(name)
+    lines = ["| presets | setting | the seed | ours | why | the seed's own |", "|---|---|---|---|---|---|"]
+    for s, presets in grouped.values():
+        setting = s.name + (f" ({_where(s)})" if s.where else "")
+        run_seed = " ".join(f"`--set {x}`" for x in s.seed_set) if s.seed_set else "—"
+        lines.append(f"| {', '.join(dict.fromkeys(presets))} | {_cell(setting)} | {_cell(s.show_seed())} "
+                     f"({_cell(s.section)}) | {_cell(s.show_ours())} | {_cell(s.why)} | {run_seed} |")
+    return "\n".join(lines) + "\n"
