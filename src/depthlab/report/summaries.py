@@ -78,14 +78,15 @@ def emergence_summary(store: Store, run_ids: list[str], figure: Path, title: str
 
 
 def lengths_summary(store: Store, run_ids: list[str], figure: Path, title: str, vector: str | None = None,
-                    curve_length: int | None = None, tuned: bool = False) -> Summary:
+                    curve_length: int | None = None, tuned: bool = False,
+                    by: dict[str, list[str]] | None = None) -> Summary:
     """Seed 003's length table: JSON rows, the model × length table, the heat map, and each task's validation
     curves at one length (``FIGURE-curves.png``; ``curve_length`` where every model of the task ran at it, else the
     longest such length). ``tuned``: a hyperparameter search (App. H): one row per model family and length, its
-    best configuration (``depthlab.analysis.lengths.best_per_family``)."""
+    best configuration (``depthlab.analysis.lengths.best_per_family``; ``by``: sizes kept apart per family)."""
     rows = lengths.length_rows(store, run_ids)
     if tuned:
-        rows = lengths.best_per_family(rows)
+        rows = lengths.best_per_family(rows, by)
     figure = Path(figure)
     heat = save(heatmap_figure(rows, title), figure, vector)
     chosen = lengths.choose_curve_lengths(rows, curve_length)

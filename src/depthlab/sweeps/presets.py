@@ -29,7 +29,7 @@ from typing import Any
 from ..captions import CAPTIONS, figures_in
 from ..config import RunConfig, apply_overrides, expand_sweep, load_yaml
 from ..errors import UserError
-from .climb import Study, most_runs, study_from_mapping
+from .climb import Study, most_runs, study_from_mapping, study_runs
 
 
 def preset_dir() -> Path:
@@ -66,6 +66,12 @@ class Preset:
     @property
     def runs(self) -> list[RunConfig]:
         return [run for sweep in self.sweeps for run in sweep]
+
+    @property
+    def every_run(self) -> list[RunConfig]:
+        """Every run the scale may train: its sweeps' runs, and every depth, width, value and seed of its studies
+        (which stop climbing once settled, so they train at most these)."""
+        return list(self.runs) + [run for study in self.studies for run in study_runs(study)]
 
     @property
     def size(self) -> str:
@@ -110,14 +116,24 @@ def preset_info(name: str) -> dict[str, Any]:
     """What ``depthlab reproduce --list`` shows of a preset: ``name``, ``title``, ``reproduces``, ``figures``,
     ``summary`` and per scale its ``size`` in words, the ``runs`` it trains at most and its ``note``."""
     raw = read_preset(name)
-    scales = {scale: load_preset(name, scale) for scale in raw.get("scales", {})}
+    path = preset_path(name)
+    scales = {scale: _scale_info(name, scale, str(path), path.stat().st_mtime_ns) for scale in raw.get("scales", {})}
     first = next(iter(scales.values()), None)
     return {"name": name, "title": raw.get("title", name), "reproduces": raw.get("reproduces", ""),
-            "figures": preset_figures(name, raw), "summary": first.summary if first else None,
-            "scales": {scale: {"size": p.size, "runs": p.most_runs, "note": p.note} for scale, p in scales.items()}}
+            "figures": preset_figures(name, raw), "summary": first["summary"] if first else None,
+            "scales": {scale: {k: v for k, v in info.items() if k != "summary"} for scale, info in scales.items()}}
 
 
-def _path(name: str) -> Path:
+@lru_cache(maxsize=128)
+def _scale_info(name: str, scale: str, path: str, mtime_ns: int) -> dict[str, Any]:
+    """A scale's size in words, its most runs, its note and summary, once per file version (loading validates every
+    run: seconds for the paper scales' thousands)."""
+    p = load_preset(name, scale)
+    return {"size": p.size, "runs": p.most_runs, "note": p.note, "summary": p.summary}
+
+
+def preset_path(name: str) -> Path:
+    """The file of preset ``name`` (a UserError naming the presets when there is none)."""
     path = preset_dir() / f"{name}.yaml"
     if not path.exists():
         raise UserError(f"reproduce: unknown preset {name!r}; allowed: {', '.join(preset_names())}")
@@ -127,7 +143,7 @@ def _path(name: str) -> Path:
 def read_preset(name: str) -> dict[str, Any]:
     """A preset file's mapping, parsed once per file version (``--list`` reads every scale of every preset, and
     the YAML parser took 3.5 of its 6 s); a copy, so a caller's edits never reach the cache."""
-    path = _path(name)
+    path = preset_path(name)
     return copy.deepcopy(_parse(path, path.stat().st_mtime_ns))
 
 

@@ -26,12 +26,13 @@ preset); :func:`explain` is ``depthlab reproduce NAME --explain``; :func:`markdo
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from ..config import UNSET_LEFT_OUT, RunConfig, flat_fields
 from ..errors import UserError
-from .climb import plan
-from .presets import Preset, load_preset, read_preset
+from .climb import study_runs
+from .presets import Preset, load_preset, preset_path, read_preset
 
 KEYS = {"name", "field", "where", "seed", "seed_text", "section", "quote", "grid", "adds", "ours", "ours_text",
         "why", "seed_set"}
@@ -147,14 +148,6 @@ def settings(name: str, _seen: frozenset[str] = frozenset()) -> list[Setting]:
     return out
 
 
-def scale_runs(preset: Preset) -> list[RunConfig]:
-    """Every run a scale may train: its sweeps' runs, and every depth, width, value and seed of its studies."""
-    runs = list(preset.runs)
-    for study in preset.studies:
-        runs += [run for _, by_depth in plan(study) for depth_runs in by_depth.values() for run in depth_runs]
-    return runs
-
-
 def _flat(run: RunConfig) -> dict[str, Any]:
     """A run's fields, dotted; train fields left out of its config while unset are there as None."""
     return {**{f"train.{f}": getattr(run.train, f) for f in UNSET_LEFT_OUT}, **flat_fields(run.to_dict())}
@@ -176,24 +169,50 @@ def _distinct(values: list[Any]) -> list[str]:
     return sorted({repr(v) for v in values})
 
 
-def explicit_fields(name: str, scale: str = "paper") -> set[str]:
-    """The run fields a scale sets itself (its sweeps' and studies' mappings and grids; a study's depths and
-    seeds), which :func:`check` asks a setting for."""
-    body = read_preset(name)["scales"][scale]
-    out: set[str] = set()
-    for sweep in body.get("sweeps") or []:
-        out |= set(flat_fields({k: v for k, v in sweep.items() if k in ("task", "model", "train")}))
-        out |= set(sweep.get("sweep") or {})
-        if "seed" in sweep:
-            out.add("seed")
-        for value in (sweep.get("sweep") or {}).get("model", []):  # a grid over whole model mappings
-            out |= set(flat_fields({"model": value}))
-    for study in body.get("studies") or []:
-        out |= set(flat_fields({k: v for k, v in study.items() if k in ("task", "model", "train")}))
-        out |= {"model.layers", "seed"} | {f for f in (study.get("vary") or {})}
-        out |= {"model.width"} if study.get("widths") else set()
-    out.discard("model")
-    return out - BOOKKEEPING
+def _set_by(mapping: dict[str, Any], study: bool = False) -> set[str]:
+    """The run fields one sweep or study mapping sets itself (its task, model and train, its grid; a study's
+    depths, seeds, widths and varied field)."""
+    out = set(flat_fields({k: v for k, v in mapping.items() if k in ("task", "model", "train")}))
+    grid = mapping.get("vary" if study else "sweep") or {}
+    out |= set(grid)
+    for value in grid.get("model", []):  # a grid over whole model mappings
+        out |= set(flat_fields({"model": value}))
+    if "seed" in mapping or study:
+        out.add("seed")
+    if study:
+        out |= {"model.layers"} | ({"model.width"} if mapping.get("widths") else set())
+    return out - {"model"} - BOOKKEEPING
+
+
+@dataclass(frozen=True)
+class _Scale:
+    """A paper scale, loaded once per file version and overrides: the preset, every run's flat fields, and per sweep
+    and study the fields it sets itself with the indices of its runs."""
+
+    preset: Preset
+    flats: list[dict[str, Any]]
+    parts: list[tuple[set[str], range]]
+
+
+def _scale(name: str, overrides: tuple[str, ...] = ()) -> _Scale:
+    path = preset_path(name)
+    return _load_scale(name, overrides, str(path), path.stat().st_mtime_ns)
+
+
+@lru_cache(maxsize=32)
+def _load_scale(name: str, overrides: tuple[str, ...], path: str, mtime_ns: int) -> _Scale:
+    preset = load_preset(name, "paper", list(overrides))
+    body = read_preset(name)["scales"]["paper"]
+    parts, start = [], 0
+    groups = [(_set_by(raw), runs) for raw, runs in zip(body.get("sweeps") or [], preset.sweeps, strict=True)]
+    groups += [(_set_by(raw, study=True), study_runs(study))
+               for raw, study in zip(body.get("studies") or [], preset.studies, strict=True)]
+    flats = []
+    for fields, runs in groups:
+        flats += map(_flat, runs)
+        parts.append((fields, range(start, start + len(runs))))
+        start += len(runs)
+    return _Scale(preset, flats, parts)
 
 
 def check(name: str) -> list[str]:
@@ -204,13 +223,13 @@ def check(name: str) -> list[str]:
     - runs whose field is not what the setting says (the seed's value, or ours where it differs);
     - a differing setting whose ``seed_set`` does not give the seed's value.
     """
-    preset = load_preset(name, "paper")
-    flats = [_flat(run) for run in scale_runs(preset)]
+    scale = _scale(name)
+    preset, flats = scale.preset, scale.flats
+    every = settings(name)
     problems = [f"{name}: setting {s.name!r} ({s.field}): the paper scale's options hold "
                 f"{show(preset.options.get(s.field.removeprefix('options.')))}, the setting says {show(s.expected)}"
-                for s in settings(name) if s.field and s.field.startswith("options.")
+                for s in every if s.field and s.field.startswith("options.")
                 and preset.options.get(s.field.removeprefix("options.")) != s.expected]
-    every = settings(name)
     for s in every:
         if s.field is None or s.field.startswith("options."):
             continue
@@ -226,17 +245,18 @@ def check(name: str) -> list[str]:
             problems.append(f"{name}: setting {s.name!r} ({s.field}): runs hold {_distinct(values)}, the setting "
                             f"says {show(s.expected)}")
         if s.differs and s.seed is not None and not s.adds:
-            seeded = [_flat(run) for run in scale_runs(load_preset(name, "paper", list(s.seed_set)))]
-            got = _values(s, seeded)
+            got = _values(s, _scale(name, s.seed_set).flats)
             if not got or not _holds(s, got, s.seed):
                 problems.append(f"{name}: setting {s.name!r}: --set {' '.join(s.seed_set)} gives "
                                 f"{_distinct(got)}, not the seed's {show(s.seed)}")
-    for f in sorted(explicit_fields(name)):
-        uncovered = [flat for flat in flats if f in flat and not any(s.field == f and s.matches(flat) for s in every)]
-        if uncovered:
-            first = uncovered[0]
-            problems.append(f"{name}: field {f} is set by the paper scale but no setting covers it (e.g. a run of "
-                            f"task {first.get('task.name')}, model {first.get('model.name')})")
+    for fields, indices in scale.parts:
+        for f in sorted(fields):
+            mine = [s for s in every if s.field == f]
+            uncovered = [flats[i] for i in indices if f in flats[i] and not any(s.matches(flats[i]) for s in mine)]
+            if uncovered:
+                first = uncovered[0]
+                problems.append(f"{name}: field {f} is set by the paper scale but no setting covers it (e.g. a run "
+                                f"of task {first.get('task.name')}, model {first.get('model.name')})")
     return problems
 
 
@@ -254,7 +274,7 @@ def rows(name: str) -> list[dict[str, Any]]:
 
 def explain(name: str) -> dict[str, Any]:
     """What ``depthlab reproduce NAME --scale paper --explain --json`` prints."""
-    preset = load_preset(name, "paper")
+    preset = _scale(name).preset
     return {"preset": name, "scale": "paper", "title": preset.title, "reproduces": preset.reproduces,
             "settings": rows(name)}
 
@@ -264,13 +284,18 @@ def _cell(text: str) -> str:
 
 
 def _where(s: Setting) -> str:
-    return ", ".join(f"{k.removeprefix('task.').removeprefix('model.')}={show(v)}" for k, v in s.where.items())
+    """``where`` in a few words: ``task=ictm``, ``model=[lstm, mamba], layers=1``."""
+    def short(key: str) -> str:
+        section, _, rest = key.partition(".")
+        return section if rest == "name" else rest or section
+
+    return ", ".join(f"{short(k)}={show(v)}" for k, v in s.where.items())
 
 
 def applies(name: str) -> list[Setting]:
     """Preset ``name``'s settings that are about its paper-scale runs (an included setting about runs this
     preset does not have is left out; a setting without a field always applies)."""
-    flats = [_flat(run) for run in scale_runs(load_preset(name, "paper"))]
+    flats = _scale(name).flats
     return [s for s in settings(name) if s.field is None or s.preset == name or any(s.matches(f) for f in flats)]
 
 

@@ -94,6 +94,12 @@ class DataStream:
         self.pending = None
 
 
+def eval_examples(task: Task) -> int:
+    """How many examples :func:`eval_set` scores a run of ``task`` on, without building them."""
+    size = task.dataset_size("eval")
+    return size if size <= EXHAUSTIVE_EVAL_LIMIT else SAMPLED_EVAL_EXAMPLES
+
+
 def eval_set(task: Task) -> tuple[Batch, bool]:
     """The evaluation data every run of this task is scored on, and whether it is the whole dataset."""
     if task.dataset_size("eval") <= EXHAUSTIVE_EVAL_LIMIT:
