@@ -143,7 +143,8 @@ def _plan(preset, store: Path | None, group_size: int | None, seconds: float, js
         emit(out)
         return
     table = Table.of("task", "model", "runs/group", "groups", "steps", "s/step", "projected",
-                     title=f"{name} --scale {scale}: plan on {out['device']} ({out['threads']} threads)",
+                     title=f"{name} --scale {scale}: plan on {out['device']} ({out['threads']} thread"
+                           f"{'s' if out['threads'] != 1 else ''})",
                      title_justify="center")
     for d in out["shapes_detail"]:
         table.add_row(d["task"], d["model"], str(d["runs_per_group"]), str(d["groups"]), f"{d['steps']:,}",

@@ -1,0 +1,89 @@
+"""``depthlab reproduce NAME --plan``: a projection of a scale's wall time from a few timed steps of each group shape,
+checked against the time the same steps take in the same test; nothing is recorded in the store."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from depthlab.api.reproduce import plan_for
+from depthlab.api.training import train_configs
+from depthlab.cli import app
+from depthlab.store import Store
+from depthlab.sweeps import presets
+from depthlab.sweeps.plan import group_seconds, measure
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+runner = CliRunner()
+
+TINY = {
+    "title": "tiny", "reproduces": "seed 001 Figure 2 (§6.1)", "figures": ["seed 001 Figure 2"],
+    "scales": {"quick": {"note": "two shapes, two groups", "sweeps": [
+        {"task": {"name": "icqa", "k": 2, "n_q": 4, "n_a": 4},
+         "model": {"name": "attention_only", "init": "random", "qk_scale": 0.1},
+         "train": {"optimizer": "adamw", "lr": 0.003, "steps": 150, "eval_every": 50, "eval_examples": 256},
+         "sweep": {"model.layers": [1, 2], "seed": [0, 1]}}]},
+        "paper": {"note": "the same", "sweeps": []}},
+}
+
+
+@pytest.fixture
+def tiny(tmp_path, monkeypatch):
+    folder = tmp_path / "presets"
+    folder.mkdir()
+    (folder / "tiny.yaml").write_text(yaml.safe_dump(TINY))
+    monkeypatch.setattr(presets, "preset_dir", lambda: folder)
+    return presets.load_preset("tiny", "quick")
+
+
+def test_projection_is_within_a_factor_of_two_of_the_same_steps(tiny, tmp_path):
+    """The plan before and after training (their mean: the machine's load drifts) against the training itself."""
+    before = plan_for(tiny)
+    started = time.perf_counter()
+    train_configs(tiny.runs, Store(tmp_path / "store"), "tiny")
+    took = time.perf_counter() - started
+    after = plan_for(tiny)
+    projected = (before["projected_seconds"] + after["projected_seconds"]) / 2
+    assert before["runs"] == 4 and before["groups"] == before["shapes"] == 2  # one group per depth, 2 seeds each
+    assert before["steps"] == 300 and before["run_steps"] == 600 and before["upper_bound"] is True
+    print(f"projected {projected:.2f} s (before {before['projected_seconds']:.2f}, after "
+          f"{after['projected_seconds']:.2f}), took {took:.2f} s")
+    assert 0.5 * took <= projected <= 2.0 * took, (projected, took)
+
+
+def test_plan_leaves_out_done_runs_and_records_nothing(tiny, tmp_path):
+    store = Store(tmp_path / "store")
+    train_configs(tiny.runs[:2], store, "tiny")  # the 1-layer group
+    before = {r["id"] for r in store.find_runs()}
+    out = plan_for(tiny, store)
+    assert out["done"] == 2 and out["runs"] == 2 and out["groups"] == 1
+    assert {r["id"] for r in store.find_runs()} == before  # the plan trained in a scratch store
+    assert plan_for(tiny, tmp_path / "nowhere")["runs"] == 4  # a path with no store: nothing is done
+
+
+def test_a_group_costs_its_steps_log_points_and_final_evaluation(tiny):
+    config = tiny.runs[0]
+    timing = measure(tiny.runs[:2])
+    assert timing.measured and timing.steps_timed >= 3 and timing.step > 0 and timing.probe_examples == 256
+    seconds = group_seconds(config, timing)
+    assert seconds["steps"] == pytest.approx(150 * timing.step)
+    assert config.task.dataset_size("eval") == 288  # icqa k = 2 over 4+4: A(4,2)² · 2, evaluated exhaustively
+    final = timing.probe * 288 / 256
+    assert seconds["evaluation"] == pytest.approx(3 * timing.probe + final)
+
+
+def test_cli_plan_prints_one_json_object(tiny, tmp_path, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    result = runner.invoke(app, ["reproduce", "tiny", "--plan", "--json", "--store", str(tmp_path / "s")])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["preset"] == "tiny" and out["scale"] == "quick" and out["projected_seconds"] > 0
+    assert [d["runs_per_group"] for d in out["shapes_detail"]] == [2, 2]
+    assert not (tmp_path / "s").exists()
+    shown = runner.invoke(app, ["reproduce", "tiny", "--plan"], env={"COLUMNS": "200"})
+    assert shown.exit_code == 0 and "tiny --scale quick: plan on cpu (1 thread)" in shown.stdout
+    assert "icqa" in shown.stdout and "150" in shown.stdout
