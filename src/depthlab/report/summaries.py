@@ -203,12 +203,14 @@ def heads_summary(store: Store, run_ids: list[str], figure: Path, title: str, ve
 def attention_summary(store: Store, run_ids: list[str], figure: Path, title: str,
                       vector: str | None = None) -> Summary:
     """Seed 001 Figure 3 (§6.2): each trained configuration's attention maps on the figure's sequences next to the
-    construction's, and each layer's share of attention on the constructed pattern (a row per run and layer)."""
+    construction's, and each layer's share of attention on the constructed pattern (a row per run and layer); for
+    template matching §6.2's "AAB=" and "ABB=" against §14.2's parse-mapping construction."""
     compared = construction_maps.compare_runs(store, run_ids)
     sources = [(r["label"], r["maps"]) for r in compared["runs"]]
     sources.append((f"constructed ({compared['construction']['layers']} layers, hand-set)",
                     compared["construction"]["maps"]))
-    path = save(comparison_figure(sources, f"seed 001 Figure 3 (§6.2): {title}"), figure, vector)
+    seed_figure = "seed 001 §6.2, templates" if compared["task"] == "template" else "seed 001 Figure 3 (§6.2)"
+    path = save(comparison_figure(sources, f"{seed_figure}: {title}"), figure, vector)
     table = Table.of("run", "accuracy", "layer", "share on construction", "last row", title=title,
                      caption=f"share: fraction of a layer's attention where the construction attends, mean over "
                              f"{construction_maps.MEASURED} evaluation examples")
