@@ -59,13 +59,13 @@ BOUNDS: dict[str, dict[str, str]] = {
                                   "computes the Index Lookup task for all sequences of length N must have m ≥ N/p."},
     "equality": {"theorem": "Theorem 11", "source": "seed 003 App. F.1 (Theorem 2, Fact 2)",
                  "bound": "mp ≥ N/2", "of": "recurrent state (bits)",
-                 "statement": "Any recurrent model with a hidden state of size m over p-bits of precision that computes "
-                              "the INEQ(x) for all x ∈ {0,1}^N must have mp ≥ N/2."},
+                 "statement": "Any recurrent model with a hidden state of size m over p-bits of precision that "
+                              "computes the INEQ(x) for all x ∈ {0,1}^N must have mp ≥ N/2."},
     "nearest_neighbor": {"theorem": "Theorem 8", "source": "seed 003 §5.2, App. G.1 (Theorem 2, Fact 1)",
                          "bound": "mp ≥ N/2", "of": "recurrent state (bits)",
-                         "statement": "Any recurrent model with a hidden state of width m with p-bits of precision that "
-                                      "can perform the nearest neighbor task for all inputs of length N must have "
-                                      "m ≥ N/2p."},
+                         "statement": "Any recurrent model with a hidden state of width m with p-bits of precision "
+                                      "that can perform the nearest neighbor task for all inputs of length N must "
+                                      "have m ≥ N/2p."},
     "dyck": {"theorem": "Theorem 5 (one-layer transformers; Theorem 10, Lemma 1, Theorem 4)",
              "source": "seed 003 §4.1, App. E, App. D",
              "bound": "mH ≥ (N − 1)/(3(p + log₂ N))", "of": "one-layer transformer width × heads",
@@ -171,7 +171,7 @@ def fooling_set(n: int) -> dict[str, Any] | None:
     even = digits[:, 1::2] @ weights[1::2]  # Bob's
     mixed = np.isin(odd[:, None] + even[None, :], members)  # (x_i, y_j) in the language?
     fools = bool(mixed.diagonal().all() and mixed.sum() == len(members))
-    return {"size": int(len(members)), "fools": fools, "bits": math.log2(len(members)), "lemma_1_bits": n - 1}
+    return {"size": len(members), "fools": fools, "bits": math.log2(len(members)), "lemma_1_bits": n - 1}
 
 
 # --- trained models beside the bound --------------------------------------------------------------------------
