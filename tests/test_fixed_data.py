@@ -64,7 +64,7 @@ def test_config_field_and_run_ids():
     assert "train_examples" not in plain["train"]  # stored runs keep their ids
     fixed = parse_run({**base, "train": {"batch_size": 8, "train_examples": 64}}).to_dict()
     assert fixed["train"]["train_examples"] == 64 and Store.run_id(fixed) != Store.run_id(plain)
-    with pytest.raises(UserError, match="train_examples .* must be a multiple of batch_size"):
+    with pytest.raises(UserError, match=r"train_examples \(60\) must be a multiple of batch_size \(8\)"):
         parse_run({**base, "train": {"batch_size": 8, "train_examples": 60}})
 
 
