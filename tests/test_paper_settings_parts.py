@@ -64,3 +64,23 @@ def test_best_per_family_keeps_the_seeds_model_shapes_apart():
     assert sorted((r["label"], r["accuracy"], r["tried"]) for r in kept) == [
         ("LSTM (width 64, tuned)", 0.95, 2), ("TF (layers 1, width 256, tuned)", 0.7, 2),
         ("TF (layers 2, width 64, tuned)", 0.9, 1)]
+
+
+def test_transformer_d_in_shape_at_medium_scale():
+    """Seed 002 §9.1: "Transformer D has 24 layers, one attention head per layer […] (IC, D = 4) […] I remove the
+    MLPs and reduce the head size to 16": the medium scale keeps that shape at width 64 (its 20,000-example final
+    evaluation through 24 layers is minutes on a CPU: the model is built and run forward here, not trained)."""
+    from depthlab.sweeps.presets import load_preset
+
+    medium, paper = (load_preset("seed002-emergence", s) for s in ("medium", "paper"))
+    shape = {(r.task.D, r.task.target, r.model.layers, r.model.heads, r.model.d_head, r.model.mlp)
+             for r in medium.runs + paper.runs}
+    assert shape == {(4, "ic", 24, 1, 16, False)}
+    assert [r.model.width for r in medium.runs + paper.runs] == [64, 512]
+    assert {(r.train.checkpoint_every, r.train.keep_checkpoints) for r in medium.runs} == {(100, True)}
+    (config,) = medium.runs
+    model = build_model(config.model, TaskShapes.of(config.task), [torch.Generator().manual_seed(0)])
+    x = torch.as_tensor(config.task.sample(2, np.random.default_rng(0), "eval").inputs)[None]
+    out = model(x, read=torch.as_tensor(config.task.read_positions)).outputs
+    assert out.shape[:2] == (1, 2) and torch.isfinite(out).all()
+    assert len(model.blocks) == 24
