@@ -97,6 +97,8 @@ def reproduce(name: Annotated[str | None, typer.Argument(help="preset name, e.g.
 
 def _explain(name: str | None, markdown: bool, json_out: bool, scale: str) -> None:
     """``--explain``: a preset's paper scale against its seed (or, with ``--markdown``, the README's table)."""
+    from rich.markup import escape
+
     from ..analysis.tables import Table
     from ..sweeps import settings
     from ..sweeps.presets import preset_names
@@ -126,7 +128,7 @@ def _explain(name: str | None, markdown: bool, json_out: bool, scale: str) -> No
         seed = f"{row['seed']} ({row['section']})"
         ours = row["ours"] if row["differs"] else "= the seed"
         why = (row["why"] or "") + ("\n--set " + " --set ".join(row["seed_set"]) if row["seed_set"] else "")
-        table.add_row(row["setting"] + (f" [{where}]" if where else ""), seed, ours, why)
+        table.add_row(*map(escape, (row["setting"] + (f" ({where})" if where else ""), seed, ours, why)))
     show(table)
 
 

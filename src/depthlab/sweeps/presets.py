@@ -124,12 +124,23 @@ def preset_info(name: str) -> dict[str, Any]:
             "scales": {scale: {k: v for k, v in info.items() if k != "summary"} for scale, info in scales.items()}}
 
 
-@lru_cache(maxsize=128)
 def _scale_info(name: str, scale: str, path: str, mtime_ns: int) -> dict[str, Any]:
-    """A scale's size in words, its most runs, its note and summary, once per file version (loading validates every
-    run: seconds for the paper scales' thousands)."""
-    p = load_preset(name, scale)
+    """A scale's size in words, its most runs, its note and summary."""
+    p = shared_preset(name, scale)
     return {"size": p.size, "runs": p.most_runs, "note": p.note, "summary": p.summary}
+
+
+def shared_preset(name: str, scale: str) -> Preset:
+    """``load_preset(name, scale)`` without overrides, loaded once per file version and shared: for reading only
+    (loading validates every run, seconds for the paper scales' thousands; ``--list``, ``--explain`` and the
+    settings checks read the same scales)."""
+    path = preset_path(name)
+    return _shared(name, scale, str(path), path.stat().st_mtime_ns)
+
+
+@lru_cache(maxsize=64)
+def _shared(name: str, scale: str, path: str, mtime_ns: int) -> Preset:
+    return load_preset(name, scale)
 
 
 def preset_path(name: str) -> Path:

@@ -32,7 +32,7 @@ from typing import Any
 from ..config import UNSET_LEFT_OUT, RunConfig, flat_fields
 from ..errors import UserError
 from .climb import study_runs
-from .presets import Preset, load_preset, preset_path, read_preset
+from .presets import Preset, load_preset, preset_path, read_preset, shared_preset
 
 KEYS = {"name", "field", "where", "seed", "seed_text", "section", "quote", "grid", "adds", "ours", "ours_text",
         "why", "seed_set"}
@@ -201,7 +201,7 @@ def _scale(name: str, overrides: tuple[str, ...] = ()) -> _Scale:
 
 @lru_cache(maxsize=32)
 def _load_scale(name: str, overrides: tuple[str, ...], path: str, mtime_ns: int) -> _Scale:
-    preset = load_preset(name, "paper", list(overrides))
+    preset = load_preset(name, "paper", list(overrides)) if overrides else shared_preset(name, "paper")
     body = read_preset(name)["scales"]["paper"]
     parts, start = [], 0
     groups = [(_set_by(raw), runs) for raw, runs in zip(body.get("sweeps") or [], preset.sweeps, strict=True)]
@@ -265,7 +265,7 @@ def rows(name: str) -> list[dict[str, Any]]:
     the seed's value with its section and words, depthlab's, whether they differ, why, and the ``--set`` changes
     that run the seed's own."""
     out = []
-    for s in settings(name):
+    for s in applies(name):
         out.append({"setting": s.name, "field": s.field, "where": s.where or None, "seed": s.show_seed(),
                     "section": s.section, "quote": s.quote, "ours": s.show_ours(), "differs": s.differs,
                     "why": s.why or None, "seed_set": list(s.seed_set), "from": s.preset})
