@@ -206,7 +206,7 @@ def trained_rows(records: list[dict[str, Any]], task: str, n: int, held: float) 
                 if bits is not None:  # recurrent models of Dyck: no bound, their state shown
                     out.append({**row, "state_bits": bits, "bound": None, "above_bound": None})
                 continue
-            mh = int(model.get("width", 0)) * int(model.get("heads", 1))
+            mh = int(model.get("width", 0)) * int(model.get("heads", 1))  # §2: "The width […] is max(m, d)"
             need = bound(task, n, p)
             out.append({**row, "mH": mh, "bound": need, "above_bound": mh >= need})
         elif bits is not None:
