@@ -75,3 +75,24 @@ def test_the_engine_trains_on_a_fixed_set(tmp_path, one_thread):
                                   "train_examples": 32, "eval_every": 6, "eval_examples": 64}})
     (final,) = train_group([config], Store(tmp_path / "store")).values()
     assert final["steps"] == 12 and np.isfinite(final["loss"])
+
+
+def test_a_run_resumed_from_its_checkpoint_ends_as_the_uninterrupted_one(tmp_path, one_thread, small_chunks):
+    def config(steps: int):
+        return parse_run({"task": {"name": "icqa", "k": 2, "n_q": 4, "n_a": 4},
+                          "model": {"name": "attention_only", "layers": 2},
+                          "train": {"optimizer": "adamw", "lr": 0.003, "steps": steps, "batch_size": 8,
+                                    "train_examples": 48, "eval_every": 5, "eval_examples": 64,
+                                    "checkpoint_every": 5}, "seed": 1})
+
+    whole = config(15)  # 15 batches of a 6-batch set in chunks of 2: into the third epoch
+    full = train_group([whole], Store(tmp_path / "a"))[Store.run_id(whole.to_dict())]
+    store = Store(tmp_path / "b")
+    partial = config(7)  # stops mid-chunk, mid-epoch; its final checkpoint is at step 7
+    train_group([partial], store)
+    src = store.artifact_path(Store.run_id(partial.to_dict()), "checkpoint", "x").parent
+    dst = store.artifact_path(Store.run_id(whole.to_dict()), "checkpoint", "x").parent
+    for f in src.iterdir():
+        (dst / f.name).write_bytes(f.read_bytes())
+    resumed = train_group([whole], store)[Store.run_id(whole.to_dict())]
+    assert resumed["loss"] == pytest.approx(full["loss"], rel=1e-6)
