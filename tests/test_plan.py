@@ -87,3 +87,17 @@ def test_cli_plan_prints_one_json_object(tiny, tmp_path, monkeypatch):
     shown = runner.invoke(app, ["reproduce", "tiny", "--plan"], env={"COLUMNS": "200"})
     assert shown.exit_code == 0 and "tiny --scale quick: plan on cpu (1 thread)" in shown.stdout
     assert "icqa" in shown.stdout and "150" in shown.stdout
+
+
+def test_a_capability_study_is_planned_at_every_depth(tmp_path, monkeypatch):
+    """A study's runs are found by climbing: the plan counts every depth (an upper bound: climbing stops once a
+    cell settles)."""
+    study = {"task": {"name": "icqa", "k": 2, "n_q": 4, "n_a": 4}, "model": {"name": "attention_only"},
+             "train": {"steps": 20, "eval_every": 10, "eval_examples": 64}, "layers": [1, 2, 3], "seeds": 2}
+    folder = tmp_path / "presets"
+    folder.mkdir()
+    (folder / "climb.yaml").write_text(yaml.safe_dump({**TINY, "scales": {"quick": {"note": "", "studies": [study]},
+                                                                          "paper": {"note": "", "studies": []}}}))
+    monkeypatch.setattr(presets, "preset_dir", lambda: folder)
+    out = plan_for(presets.load_preset("climb", "quick"))
+    assert out["runs"] == 6 and out["groups"] == 3 and out["steps"] == 60
