@@ -49,8 +49,8 @@ def test_the_readme_table_is_the_generated_one():
 
 def test_the_table_lists_every_difference_with_its_reason_and_seed_set():
     table = settings.markdown(presets.preset_names())
-    assert "| seed001-attention, seed001-depth, seed001-heads, seed001-min-depth | optimizer | sgd (seed 001 §9.1) " \
-           "| adamw |" in table
+    assert "| seed001-attention, seed001-depth, seed001-heads, seed001-min-depth, seed001-template-attention | " \
+           "optimizer | sgd (seed 001 §9.1) | adamw |" in table
     assert "`--set train.optimizer=sgd` `--set train.lr=0.05` `--set train.grad_clip=1.0`" in table
     assert "| seed001-depth, seed001-heads, seed001-min-depth | initialisation (task=ictm) |" in table
     assert "`--set model.init=paper`" in table
