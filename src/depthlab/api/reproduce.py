@@ -170,7 +170,7 @@ def explain(name: str) -> dict[str, Any]:
 
 
 def _load(name: str, scale: str, overrides: dict[str, Any]) -> Preset:
-    from ..config import flat_fields
+    from ..fields import flat_fields
     from ..sweeps.presets import load_preset
     from .catalog import load_plugins
 

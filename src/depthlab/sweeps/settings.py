@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from ..config import UNSET_LEFT_OUT, RunConfig, flat_fields
+from ..config import UNSET_LEFT_OUT, RunConfig
+from ..fields import flat_fields
 from ..errors import UserError
 from .climb import study_runs
 from .presets import Preset, load_preset, preset_path, read_preset, shared_preset
