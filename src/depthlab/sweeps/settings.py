@@ -30,8 +30,8 @@ from functools import lru_cache
 from typing import Any
 
 from ..config import UNSET_LEFT_OUT, RunConfig
-from ..fields import flat_fields
 from ..errors import UserError
+from ..fields import flat_fields
 from .climb import study_runs
 from .presets import Preset, load_preset, preset_path, read_preset, shared_preset
 
