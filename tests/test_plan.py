@@ -26,7 +26,7 @@ TINY = {
         {"task": {"name": "icqa", "k": 2, "n_q": 4, "n_a": 4},
          "model": {"name": "attention_only", "init": "random", "qk_scale": 0.1},
          "train": {"optimizer": "adamw", "lr": 0.003, "steps": 150, "eval_every": 50, "eval_examples": 256},
-         "sweep": {"model.layers": [1, 2], "seed": [0, 1]}}]},
+         "sweep": {"model.layers": [1, 2], "seed": [0, 1, 2, 3]}}]},
         "paper": {"note": "the same", "sweeps": []}},
 }
 
@@ -40,34 +40,37 @@ def tiny(tmp_path, monkeypatch):
     return presets.load_preset("tiny", "quick")
 
 
-def test_projection_is_within_a_factor_of_two_of_the_same_steps(tiny, tmp_path):
-    """The plan before and after training (their mean: the machine's load drifts) against the training itself."""
+def test_projection_is_within_a_factor_of_two_of_the_same_steps(tiny, tmp_path, monkeypatch):
+    """The plan before and after training against the training itself: the real time must fall within a factor of
+    2 of the range the two projections span. Both are timed in this process's CPU time (the plan's clock patched to
+    it; one thread), which the other processes of a loaded machine do not inflate as they do wall time. Four runs
+    train as one group: a plan that counted them one after another would be about 4x off."""
+    monkeypatch.setattr(time, "perf_counter", time.process_time)
     before = plan_for(tiny)
-    started = time.perf_counter()
+    started = time.process_time()
     train_configs(tiny.runs, Store(tmp_path / "store"), "tiny")
-    took = time.perf_counter() - started
+    took = time.process_time() - started
     after = plan_for(tiny)
-    projected = (before["projected_seconds"] + after["projected_seconds"]) / 2
-    assert before["runs"] == 4 and before["groups"] == before["shapes"] == 2  # one group per depth, 2 seeds each
-    assert before["steps"] == 300 and before["run_steps"] == 600 and before["upper_bound"] is True
-    print(f"projected {projected:.2f} s (before {before['projected_seconds']:.2f}, after "
-          f"{after['projected_seconds']:.2f}), took {took:.2f} s")
-    assert 0.5 * took <= projected <= 2.0 * took, (projected, took)
+    low, high = sorted((before["projected_seconds"], after["projected_seconds"]))
+    assert before["runs"] == 8 and before["groups"] == before["shapes"] == 2  # one group per depth, 4 seeds each
+    assert before["steps"] == 300 and before["run_steps"] == 1200 and before["upper_bound"] is True
+    print(f"projected {low:.2f}-{high:.2f} s, took {took:.2f} s (CPU)")
+    assert low / 2 <= took <= 2 * high, (low, high, took)
 
 
 def test_plan_leaves_out_done_runs_and_records_nothing(tiny, tmp_path):
     store = Store(tmp_path / "store")
-    train_configs(tiny.runs[:2], store, "tiny")  # the 1-layer group
+    train_configs(tiny.runs[:4], store, "tiny")  # the 1-layer group
     before = {r["id"] for r in store.find_runs()}
     out = plan_for(tiny, store)
-    assert out["done"] == 2 and out["runs"] == 2 and out["groups"] == 1
+    assert out["done"] == 4 and out["runs"] == 4 and out["groups"] == 1
     assert {r["id"] for r in store.find_runs()} == before  # the plan trained in a scratch store
-    assert plan_for(tiny, tmp_path / "nowhere")["runs"] == 4  # a path with no store: nothing is done
+    assert plan_for(tiny, tmp_path / "nowhere")["runs"] == 8  # a path with no store: nothing is done
 
 
 def test_a_group_costs_its_steps_log_points_and_final_evaluation(tiny):
     config = tiny.runs[0]
-    timing = measure(tiny.runs[:2])
+    timing = measure(tiny.runs[:4])
     assert timing.measured and timing.steps_timed >= 3 and timing.step > 0 and timing.probe_examples == 256
     seconds = group_seconds(config, timing)
     assert seconds["steps"] == pytest.approx(150 * timing.step)
@@ -82,7 +85,7 @@ def test_cli_plan_prints_one_json_object(tiny, tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
     assert out["preset"] == "tiny" and out["scale"] == "quick" and out["projected_seconds"] > 0
-    assert [d["runs_per_group"] for d in out["shapes_detail"]] == [2, 2]
+    assert [d["runs_per_group"] for d in out["shapes_detail"]] == [4, 4]
     assert not (tmp_path / "s").exists()
     shown = runner.invoke(app, ["reproduce", "tiny", "--plan"], env={"COLUMNS": "200"})
     assert shown.exit_code == 0 and "tiny --scale quick: plan on cpu (1 thread)" in shown.stdout
