@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from ..config import UNSET_LEFT_OUT, RunConfig
+from ..config import EXECUTION_FIELDS, UNSET_LEFT_OUT, RunConfig
 from ..errors import UserError
 from ..fields import flat_fields
 from .climb import study_runs
@@ -39,8 +39,9 @@ KEYS = {"name", "field", "where", "seed", "seed_text", "section", "quote", "grid
         "why", "seed_set"}
 REQUIRED = ("name", "section", "quote")
 # Fields a paper scale may set without a setting: bookkeeping that does not change what a run learns.
+# Where a run executes (EXECUTION_FIELDS) is left out of its id for the same reason.
 BOOKKEEPING = frozenset({"task.name", "model.name", "train.eval_every", "train.eval_examples",
-                         "train.keep_checkpoints", "train.device", "train.compile"})
+                         "train.keep_checkpoints", *(f"train.{f}" for f in EXECUTION_FIELDS)})
 _SAME = object()
 
 
