@@ -300,6 +300,11 @@ def climb(study: Study, store: Store, train: Callable[[list[RunConfig], int], An
     return [cell for cell, _ in cells]
 
 
+def study_runs(study: Study) -> list[RunConfig]:
+    """Every run the study may train (every cell, depth and seed; climbing stops once a cell settles)."""
+    return [run for _, by_depth in plan(study) for runs in by_depth.values() for run in runs]
+
+
 def most_runs(study: Study) -> int:
     """How many runs the study trains at most (when no depth settles a cell before the last)."""
     return len(study.vary[1] if study.vary else [None]) * len(study.widths) * len(study.layers) * len(study.seeds)
