@@ -6,6 +6,7 @@ From Python (:mod:`depthlab.api`; each name is imported on first use, so ``impor
     depthlab.train(config, store=…, **overrides) -> RunResult       depthlab.sweep(…) -> [RunResult, …]
     depthlab.Store(path).runs() / .metrics(run_ids) -> DataFrame    .load_model(run_id, step=None) -> nn.Module
     depthlab.reproduce(name, scale="quick") -> the object `depthlab reproduce NAME --json` prints
+    depthlab.atlas(scale="quick", tasks=…, families=…) -> the object `depthlab atlas --json` prints
 
 From the shell: ``depthlab --help``.
 """
@@ -14,14 +15,14 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-API = ("RunResult", "Store", "list_models", "list_tasks", "reproduce", "sweep", "task", "train")
+API = ("RunResult", "Store", "atlas", "list_models", "list_tasks", "reproduce", "sweep", "task", "train")
 __all__ = ["__version__", *API]
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `import depthlab` imports nothing at all
 if TYPE_CHECKING:
     from typing import Any
 
-    from .api import RunResult, Store, list_models, list_tasks, reproduce, sweep, task, train  # noqa: F401
+    from .api import RunResult, Store, atlas, list_models, list_tasks, reproduce, sweep, task, train  # noqa: F401
 
 
 def __getattr__(name: str) -> Any:
