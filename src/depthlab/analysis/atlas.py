@@ -99,7 +99,8 @@ def atlas_cell(cell: CellResult, task: dict[str, Any], model: dict[str, Any], bo
     return {
         "task": cell.task, "family": model["name"], "axis": cell.field, "size": cell.value, "label": cell.label,
         "width": cell.width, "trained_width": model_width, "heads": model_heads,
-        "min_layers": cell.min_layers, "max_layers": cell.max_layers, "status": status, "target": cell.target,
+        "min_layers": cell.min_layers, "max_layers": cell.max_layers, "status": status,
+        "unfinished_at": cell.unfinished_at, "target": cell.target,
         "accuracies": {str(d): a for d, a in sorted(cell.accuracies.items())},
         "mean_accuracy": {str(d): mean_accuracy(a) for d, a in sorted(cell.accuracies.items())},
         "reached": {str(d): reached(a, cell.target) for d, a in sorted(cell.accuracies.items())},
@@ -131,7 +132,7 @@ def short_theorem(bound: dict[str, Any]) -> str:
 
 def trained_text(cell: dict[str, Any]) -> str:
     if cell["status"] == "unfinished":
-        return f"… ({cell['max_layers']})"
+        return f"… at {cell['unfinished_at']}"
     return str(cell["min_layers"]) if cell["min_layers"] is not None else f">{cell['max_layers']}"
 
 
@@ -140,7 +141,7 @@ def atlas_table(cells: list[dict[str, Any]], title: str) -> Table:
     the marks."""
     table = Table([Column("task", no_wrap=True), Column("family", no_wrap=True), Column("trained", "right"),
                    Column("lower", "right"), Column("upper", "right"), Column("mark")], title=title,
-                  caption="trained: minimum depth (>L: not reached up to L); lower/upper: the binding bound's depth "
+                  caption="trained: minimum depth (>L: not reached up to L; … at L: runs of L layers missing); lower/upper: the binding bound's depth "
                           "and theorem (T2: Theorem 2 of the task's seed; w: the construction's width; *: depthlab's "
                           "own construction); —: no bound stated for this model")
     for cell in cells:

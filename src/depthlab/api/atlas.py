@@ -56,14 +56,15 @@ class TheoryCache:
             write_theory(self.root, self.results)
 
 
-def _model_shape(config: Any) -> tuple[list[int] | None, int]:
-    """Heads per layer and residual width of a run config's model."""
-    from ..models import TaskShapes, model_size
+def _model_shape(config: Any) -> tuple[list[int] | None, int | None]:
+    """Heads per layer and residual width of a run config's model (one run of it built: a few milliseconds; a
+    model on PyTorch's meta device would first import TorchDynamo, seconds)."""
+    from ..models import TaskShapes, build_model
 
     spec = config.model
     heads = spec.heads_per_layer if hasattr(spec, "heads_per_layer") else getattr(spec, "heads", None)
     heads = [heads] * spec.layers if isinstance(heads, int) else heads
-    return heads, model_size(spec, TaskShapes.of(config.task)).width
+    return heads, getattr(build_model(spec, TaskShapes.of(config.task), [0]), "width", getattr(spec, "width", None))
 
 
 def atlas_cells(plan: AtlasPlan, store: Store, train: Train | None) -> list[dict[str, Any]]:

@@ -40,7 +40,8 @@ def _known_presets() -> dict[str, list[str]]:
     return out
 
 
-def _image(path: str) -> str:
+def embedded_png(path: str) -> str:
+    """A PNG file as a figure embedded in the page (a `data:` image), or a note saying why it is not."""
     file = Path(path)
     if not file.is_file():
         return f'<p class="muted">missing file <code>{esc(path)}</code> (moved or deleted since it was drawn)</p>'
@@ -65,7 +66,7 @@ def _card(entry: dict[str, Any], seed: str) -> str:
     facts = (f'<p class="legend">Drawn by <code>{esc(entry.get("command", ""))}</code> '
              f'({esc(entry.get("finished", "?"))}, {esc(entry.get("seconds", "?"))} s'
              f'{f", {len(runs)} runs" if runs else ""}).{changed}{drawn} Scale: {esc(entry.get("note", ""))}</p>')
-    images = "".join(_image(p) for p in entry.get("files", [])) or '<p class="muted">no figure file recorded</p>'
+    images = "".join(embedded_png(p) for p in entry.get("files", [])) or '<p class="muted">no figure file recorded</p>'
     title = f'{", ".join(CAPTIONS[k].label for k in keys)} — {entry["preset"]} ({entry["scale"]})'
     return (f'<article class="gallery-item" id="{esc(anchor(entry))}" data-preset="{esc(entry["preset"])}" '
             f'data-scale="{esc(entry["scale"])}"><h3>{esc(title)}</h3><div class="gallery-body">'

@@ -1,0 +1,181 @@
+"""The depth atlas: its plan (studies, runs shared with presets, what is left out), the theory column against the
+registry (the numbers of `depthlab construct --json`), the marks from a hand-made store, and the command."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from depthlab.analysis.atlas import depth_bounds, min_widths
+from depthlab.api.atlas import run_atlas
+from depthlab.cli import app
+from depthlab.constructions.bounds import theory
+from depthlab.errors import UserError
+from depthlab.report.html import build_report
+from depthlab.store import Store, atlases
+from depthlab.sweeps.atlas import load_atlas
+from depthlab.sweeps.climb import plan, stop_accuracy
+from depthlab.sweeps.presets import load_preset
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+TINY = """
+families:
+  attention_only: {recipe: seed001-depth}
+  transformer:
+    model: {name: transformer, width: 16, heads: 2}
+    train: {optimizer: adamw, lr: 0.003, batch_size: 16, eval_every: 10, eval_examples: 64}
+scales:
+  quick:
+    layers: [1, 2]
+    seeds: 2
+    target: 0.9
+    families: [attention_only]
+    tasks:
+      - {preset: seed001-min-depth, study: icqa, vary: {task.k: [2, 3]}}
+      - task: {name: retrieval, N: 2, n_symbols: 8}
+        vary: {task.D: [1, 2]}
+        families: [attention_only, transformer]
+        train: {steps: 5}
+      - task: {name: icqa, k: 2, n_q: 3, n_a: 3}
+        families: [transformer]
+        train: {steps: 5}
+    left_out: {nested_icqa: "too slow for a test"}
+"""
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    path = tmp_path / "atlas.yaml"
+    path.write_text(TINY)
+    return path
+
+
+def ids(study):
+    """The run ids of every cell and depth of a study, in order."""
+    return [[Store.run_id(c.to_dict()) for c in by_depth[d]] for _, by_depth in plan(study) for d in sorted(by_depth)]
+
+
+def test_the_plan_of_a_tiny_atlas(tiny):
+    atlas = load_atlas("quick", tasks="icqa,retrieval,nested_icqa,retrieval_vec", path=tiny)
+    studies = {(s.task, s.family): s for s in atlas.studies}
+    assert list(studies) == [("icqa", "attention_only"), ("retrieval", "attention_only"),
+                             ("retrieval", "transformer"), ("icqa", "transformer")]
+    assert atlas.left_out == [{"task": "nested_icqa", "why": "too slow for a test"},
+                              {"task": "retrieval_vec", "why": "scored by mean squared error: no accuracy to reach"}]
+    # the preset's own study, its axis extended: the k = 3 cell's runs are the preset's runs (same ids)
+    icqa = studies["icqa", "attention_only"]
+    assert icqa.source == "preset seed001-min-depth" and icqa.study.vary == ("task.k", [2, 3])
+    preset = next(s for s in load_preset("seed001-min-depth", "quick").studies if s.base["task"]["name"] == "icqa")
+    assert ids(icqa.study)[len(preset.layers):] == ids(preset)
+    # a family's own training under an entry: the recipe, the entry's steps, the climb's stop accuracy
+    transformer = plan(studies["retrieval", "transformer"].study)
+    assert [cell.value for cell, _ in transformer] == [1, 2]
+    run = transformer[1][1][2][1]  # D = 2, two layers, seed 1
+    assert (run.task.D, run.model.name, run.model.width, run.model.layers, run.seed) == (2, "transformer", 16, 2, 1)
+    assert (run.train.steps, run.train.target_accuracy) == (5, stop_accuracy(0.9))
+    assert atlas.most_runs == 2 * 2 * 2 * 3 + 2 * 2 * 2 * 2 + 2 * 2
+    assert [s.family for s in load_atlas("quick", families="transformer", path=tiny).studies] == ["transformer"] * 2
+
+
+def test_the_plan_names_the_bounds_of_each_cell():
+    calls = []
+
+    def fake(name, params):
+        calls.append((name, params))
+        if name == "seed002-information-flow":
+            return {"rows": [{"closed_form": 2, "layers_last": 2, "layers_any": 2}]}
+        return {"layers": 2, "width": 15, "heads": [1, 1], "accuracy": 1.0}
+
+    icqa = {"name": "icqa", "k": 2, "n_q": 3, "n_a": 3}
+    relu = {"name": "attention_only", "attention": "relu", "heads": 1}
+    lower, upper = depth_bounds(theory(icqa, relu, fake))
+    assert (lower.layers, lower.construction, upper.layers, upper.construction) == (
+        2, "seed001-one-layer-bound", 2, "seed001-icqa")
+    assert calls == [("seed001-icqa", {"k": 2, "n_q": 3, "n_a": 3}),
+                     ("seed001-one-layer-bound", {"task": "icqa", "k": 2, "n_q": 3, "n_a": 3})]
+    # softmax with two heads: §16 extends Theorem 2 to one softmax head only, and the construction is ReLU's
+    assert theory(icqa, {**relu, "attention": "softmax", "heads": 2}, fake) == []
+    # seed 002's bound speaks of both transformer families; seed 003's recurrent bounds are of sizes, not depth
+    retrieval = {"name": "retrieval", "D": 4, "N": 2}
+    assert [b.layers for b in theory(retrieval, {"name": "transformer"}, fake)] == [2]
+    lstm = theory({"name": "index_lookup", "N": 64, "alphabet": 4}, {"name": "lstm"}, fake)
+    assert [(b.kind, b.theorem, b.value) for b in lstm] == [("width", "Theorem 3", 2.0)]
+    assert theory({"name": "induction"}, {"name": "transformer"}, fake) == []  # seed 004 states no bound
+
+
+def construct(*args):
+    result = CliRunner().invoke(app, ["construct", *args, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def test_the_theory_column_has_the_numbers_of_construct_json():
+    icqa = {"name": "icqa", "k": 2, "n_q": 3, "n_a": 3}
+    bounds = {b.construction: b for b in theory(icqa, {"name": "attention_only", "attention": "relu", "heads": 1})}
+    built = construct("seed001-icqa", "--set", "k=2", "--set", "n_q=3", "--set", "n_a=3")
+    upper = bounds["seed001-icqa"]
+    assert (upper.layers, upper.width, upper.heads) == (built["layers"], built["width"], built["heads"]) == (2, 15, [1, 1])
+    assert upper.check["accuracy"] == built["accuracy"] == 1.0 and upper.check["exhaustive"] is True
+    certificate = construct("seed001-one-layer-bound", "--set", "k=2", "--set", "n_q=3", "--set", "n_a=3")
+    assert bounds["seed001-one-layer-bound"].check["accuracy_bound"] == certificate["accuracy_bound"] == 0.75
+    flow = construct("seed002-information-flow", "--set", "D=5", "--set", "N=2")["rows"][0]
+    (bound,) = theory({"name": "retrieval", "D": 5, "N": 2}, {"name": "attention_only"})
+    assert bound.layers == flow["closed_form"] == 3 and bound.check["simulated_layers_last"] == flow["layers_last"]
+    lookup = construct("seed003-index-lookup", "--set", "N=8", "--set", "n_symbols=4")
+    (bound,) = theory({"name": "index_lookup", "N": 8, "alphabet": 4}, {"name": "transformer"})
+    assert (bound.layers, bound.width, bound.check["certified_all_inputs"]) == (1, lookup["width"], True)
+
+
+def write_runs(store, study, accuracies):
+    """Hand-made finished runs: ``accuracies[value][depth]`` lists each seed's final accuracy."""
+    for cell, by_depth in plan(study):
+        for depth, runs in by_depth.items():
+            for run, accuracy in zip(runs, accuracies.get(cell.value, {}).get(depth, []), strict=False):
+                run_id = store.create_run(run.to_dict(), run.task.name, run.model.name)
+                store.finish_run(run_id, {"accuracy": accuracy, "steps": 5, "chance": 0.33, "eval_protocol": "exhaustive"})
+
+
+def test_a_cell_below_the_lower_bound_is_marked_from_a_hand_made_store(tiny, tmp_path):
+    atlas = load_atlas("quick", tasks="icqa", families="transformer", path=tiny)
+    atlas.studies[0].study.base["model"] = {"name": "attention_only", "attention": "relu", "heads": 1}
+    atlas.studies[0].study.vary = ("task.n_q", [3, 4])
+    store = Store(tmp_path / "store")
+    # n_q = 3: one layer exact on both seeds (Theorem 2 says no one-layer model is); n_q = 4: depth 2 not trained
+    write_runs(store, atlas.studies[0].study, {3: {1: [1.0, 1.0]}, 4: {1: [0.5, 0.4]}})
+    result, (table,) = run_atlas(atlas, store, None, tmp_path / "figures")
+    below, unfinished = result["cells"]
+    assert (below["min_layers"], below["lower"], below["upper"]) == (1, 2, 2)
+    assert [m["mark"] for m in below["marks"]] == ["below_lower"]
+    assert "exact" in below["marks"][0]["detail"] and "Theorem" in below["marks"][0]["detail"]
+    assert unfinished["status"] == "unfinished" and unfinished["accuracies"] == {"1": [0.5, 0.4]}
+    assert result["marks"]["below_lower"] == ["icqa, n_q=3 (attention_only)"]
+    assert [row[2] for row in table.rows] == ["1", "… at 2"]
+    assert (tmp_path / "figures" / "atlas-quick-attention_only.png").stat().st_size > 0
+    assert atlases(store.root)[0]["cells"][0]["marks"] == below["marks"]  # kept for the report
+    assert (store.root / "atlas" / "theory.json").is_file()
+    report = build_report(store, tmp_path / "report.html")
+    assert "atlas" in report["sections"]
+    page = (tmp_path / "report.html").read_text()
+    assert 'id="atlas-quick"' in page and ">below lower</span>" in page and "data:image/png;base64," in page
+
+
+def test_min_widths_per_depth():
+    cells = [{"min_layers": 2, "width": 16}, {"min_layers": 1, "width": 64}, {"min_layers": None, "width": 8}]
+    assert min_widths(cells) == {"1": 64, "2": 16}
+
+
+def test_the_command_plans_and_refuses_unknown_names(tmp_path):
+    runner = CliRunner()
+    result = runner.invoke(app, ["atlas", "--plan", "--json", "--tasks", "icqa,retrieval"])
+    assert result.exit_code == 0, result.output
+    planned = json.loads(result.output)
+    assert {(s["task"], s["family"]) for s in planned["studies"]} >= {("icqa", "attention_only")}
+    assert planned["most_runs"] == sum(s["most_runs"] for s in planned["studies"])
+    for args, message in ((["--families", "gru"], "--families: unknown name 'gru'"),
+                          (["--tasks", "parity"], "--tasks: unknown name 'parity'"),
+                          (["--scale", "huge"], "--scale: unknown scale 'huge'")):
+        result = runner.invoke(app, ["atlas", "--plan", *args])
+        assert isinstance(result.exception, UserError) and str(result.exception).startswith(message), result
+    with pytest.raises(UserError, match="no study"):
+        load_atlas("quick", tasks="retrieval_vec")
