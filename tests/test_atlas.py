@@ -115,7 +115,8 @@ def test_the_theory_column_has_the_numbers_of_construct_json():
     bounds = {b.construction: b for b in theory(icqa, {"name": "attention_only", "attention": "relu", "heads": 1})}
     built = construct("seed001-icqa", "--set", "k=2", "--set", "n_q=3", "--set", "n_a=3")
     upper = bounds["seed001-icqa"]
-    assert (upper.layers, upper.width, upper.heads) == (built["layers"], built["width"], built["heads"]) == (2, 15, [1, 1])
+    assert (upper.layers, upper.width, upper.heads) == (built["layers"], built["width"], built["heads"])
+    assert (upper.layers, upper.width, upper.heads) == (2, 15, [1, 1])
     assert upper.check["accuracy"] == built["accuracy"] == 1.0 and upper.check["exhaustive"] is True
     certificate = construct("seed001-one-layer-bound", "--set", "k=2", "--set", "n_q=3", "--set", "n_a=3")
     assert bounds["seed001-one-layer-bound"].check["accuracy_bound"] == certificate["accuracy_bound"] == 0.75
@@ -133,7 +134,8 @@ def write_runs(store, study, accuracies):
         for depth, runs in by_depth.items():
             for run, accuracy in zip(runs, accuracies.get(cell.value, {}).get(depth, []), strict=False):
                 run_id = store.create_run(run.to_dict(), run.task.name, run.model.name)
-                store.finish_run(run_id, {"accuracy": accuracy, "steps": 5, "chance": 0.33, "eval_protocol": "exhaustive"})
+                store.finish_run(run_id, {"accuracy": accuracy, "steps": 5, "chance": 0.33,
+                                          "eval_protocol": "exhaustive"})
 
 
 def test_a_cell_below_the_lower_bound_is_marked_from_a_hand_made_store(tiny, tmp_path):

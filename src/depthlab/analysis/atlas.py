@@ -141,9 +141,10 @@ def atlas_table(cells: list[dict[str, Any]], title: str) -> Table:
     the marks."""
     table = Table([Column("task", no_wrap=True), Column("family", no_wrap=True), Column("trained", "right"),
                    Column("lower", "right"), Column("upper", "right"), Column("mark")], title=title,
-                  caption="trained: minimum depth (>L: not reached up to L; … at L: runs of L layers missing); lower/upper: the binding bound's depth "
-                          "and theorem (T2: Theorem 2 of the task's seed; w: the construction's width; *: depthlab's "
-                          "own construction); —: no bound stated for this model")
+                  caption="trained: minimum depth (>L: not reached up to L; … at L: runs of L layers "
+                          "missing); lower/upper: the binding bound's depth and theorem (T2: Theorem 2 of the "
+                          "task's seed; w: the construction's width; *: depthlab's own construction); —: no bound "
+                          "stated for this model")
     for cell in cells:
         label = cell["label"].replace(f"{cell['task']}, ", "", 1) if cell["label"] != cell["task"] else ""
         task = f"{cell['task']} {label}".strip()
