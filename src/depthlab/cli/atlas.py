@@ -85,7 +85,7 @@ def atlas(scale: Annotated[str, typer.Option(help="quick (about an hour of one C
         if labels:
             console.print(f"[bold]{result['mark_meanings'][mark]}[/]: {'; '.join(labels)}")
     for item in result["left_out"]:
-        console.print(f"left out: {item['task']}: {item['why']}")
+        console.print(f"left out: {item.get('task') or item['family']}: {item['why']}")
     console.print("figures: " + ", ".join(result["figures"].values()))
     console.print(f"store: {db.root}  ({result['seconds']:.0f} s)")
 
@@ -111,4 +111,4 @@ def _show_plan(plan, json_out: bool) -> None:
                       str(r["steps"]), str(r["most_runs"]), r["source"])
     show(table)
     for item in plan.left_out:
-        console.print(f"left out: {item['task']}: {item['why']}")
+        console.print(f"left out: {item.get('task') or item['family']}: {item['why']}")

@@ -10,10 +10,10 @@ resumes where it stopped, and it can be drawn from the store alone (``finished_o
 whose runs are missing is *unfinished*).
 
 The scale file says, per scale: ``layers``, ``seeds``, ``target``, the default ``families``, the ``tasks``
-entries and ``left_out`` (task: why). Tasks of the catalog that no entry names (a plugin's, for instance) are
-climbed at their defaults for the scale's families; tasks scored by mean squared error have no accuracy and are
-left out with that reason. Each family's training comes from ``families`` (a preset's recipe, merged with
-``model`` and ``train``).
+entries, ``left_out`` (task: why) and ``left_out_families`` (families: why). Tasks of the catalog that no entry
+names (a plugin's, for instance) are climbed at their defaults for the scale's families; tasks scored by mean
+squared error have no accuracy and are left out with that reason. Each family's training comes from ``families``
+(a preset's recipe, merged with ``model`` and ``train``).
 """
 
 from __future__ import annotations
@@ -157,9 +157,11 @@ def load_atlas(scale: str = "quick", tasks: str | list[str] | None = None, famil
         studies += _entry_studies(entry, body, family_specs, scale, f"atlas {scale} tasks[{i}]", wanted_families)
     named = {s.task for s in studies} | {e.get("study") or (e.get("task") or {}).get("name")
                                          for e in body.get("tasks") or []}
-    left_out = [{"task": t, "why": str(why)} for t, why in (body.get("left_out") or {}).items()
+    left_out = [{"task": t, "why": " ".join(str(why).split())} for t, why in (body.get("left_out") or {}).items()
                 if wanted_tasks is None or t in wanted_tasks]
-    skipped = {d["task"] for d in left_out}
+    left_out += [{"family": f, "why": " ".join(str(why).split())}
+                 for f, why in (body.get("left_out_families") or {}).items()]
+    skipped = {d["task"] for d in left_out if "task" in d}
     for name in sorted(TASKS):
         if name in named or name in skipped or (wanted_tasks is not None and name not in wanted_tasks):
             continue

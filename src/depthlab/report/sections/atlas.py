@@ -30,7 +30,8 @@ def _table(result: dict[str, Any]) -> str:
 def _scale(result: dict[str, Any]) -> str:
     marked = "".join(f"<li><b>{esc(MARKS[mark])}</b>: {esc('; '.join(labels))}</li>"
                      for mark, labels in result["marks"].items() if labels and mark in MARKS)
-    left = "".join(f"<li>{esc(item['task'])}: {esc(item['why'])}</li>" for item in result.get("left_out", []))
+    left = "".join(f"<li>{esc(item.get('task') or item['family'])}: {esc(item['why'])}</li>"
+                   for item in result.get("left_out", []))
     drawn = " Drawn from the store alone (--finished-only)." if result.get("finished_only") else ""
     facts = (f'<p class="legend">Scale <b>{esc(result["scale"])}</b>: {esc(result.get("note", ""))} Target '
              f'{esc(result["target"])} for a strict majority of seeds; {esc(result.get("runs", "?"))} runs; '
