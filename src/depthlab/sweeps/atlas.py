@@ -32,7 +32,7 @@ from .climb import Study, parse_layers, parse_seeds, parse_target, parse_vary, p
 from .presets import load_preset, recipe
 
 SCALES = ("quick", "medium", "paper")
-ENTRY_KEYS = ("task", "preset", "study", "vary", "families", "model", "train", "layers", "seeds", "target", "widths")
+ENTRY_KEYS = ("task", "preset", "study", "preset_scale", "vary", "families", "model", "train", "layers", "seeds", "target", "widths")
 
 
 def atlas_file() -> Path:
@@ -102,7 +102,8 @@ def _entry_studies(entry: dict[str, Any], scale_raw: dict[str, Any], families: d
     unknown = [k for k in entry if k not in ENTRY_KEYS]
     if unknown:
         raise UserError(f"{where}.{unknown[0]}: unknown key; allowed: {', '.join(ENTRY_KEYS)}")
-    preset = _preset_study(entry["preset"], entry.get("study", ""), scale, where) if entry.get("preset") else None
+    preset = (_preset_study(entry["preset"], entry.get("study", ""), entry.get("preset_scale", scale), where)
+              if entry.get("preset") else None)
     task = copy.deepcopy(preset.base["task"] if preset else entry.get("task"))
     if not isinstance(task, dict) or "name" not in task:
         raise UserError(f"{where}.task: a task mapping with a name, or preset: NAME with study: TASK")
