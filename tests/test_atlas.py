@@ -33,7 +33,7 @@ scales:
     families: [attention_only]
     tasks:
       - {preset: seed001-min-depth, study: icqa, vary: {task.k: [2, 3]}}
-      - task: {name: retrieval, N: 2, n_symbols: 8}
+      - task: {name: retrieval, N: 2, n_symbols: 6}
         vary: {task.D: [1, 2]}
         families: [attention_only, transformer]
         train: {steps: 5}
@@ -181,3 +181,32 @@ def test_the_command_plans_and_refuses_unknown_names(tmp_path):
         assert isinstance(result.exception, UserError) and str(result.exception).startswith(message), result
     with pytest.raises(UserError, match="no study"):
         load_atlas("quick", tasks="retrieval_vec")
+
+
+def test_an_atlas_trains_once_and_redraws_the_same_from_the_store(tiny, tmp_path):
+    from depthlab.api.training import train_configs
+
+    atlas = load_atlas("quick", tasks="retrieval", families="attention_only", path=tiny)
+    store = Store(tmp_path / "store")
+    trained = []
+
+    def train(configs, label):
+        trained.append(len(configs))
+        train_configs(configs, store, label)
+
+    first, _ = run_atlas(atlas, store, train, tmp_path / "figures")
+    assert trained and sum(trained) == first["runs"]
+    again, _ = run_atlas(atlas, store, None, tmp_path / "figures")  # --finished-only: nothing trained, same cells
+    key = lambda result: [(c["label"], c["family"], c["min_layers"], c["accuracies"]) for c in result["cells"]]  # noqa: E731
+    assert key(again) == key(first) and again["finished_only"] and not any(
+        c["status"] == "unfinished" for c in again["cells"])
+    n_runs = len(store.find_runs())
+    run_atlas(atlas, store, lambda configs, label: train_configs(configs, store, label), tmp_path / "figures")
+    assert len(store.find_runs()) == n_runs  # a second atlas trains no run again
+
+
+@pytest.mark.parametrize("scale", ["quick", "medium", "paper"])
+def test_every_scale_of_the_atlas_is_valid(scale):
+    atlas = load_atlas(scale)
+    assert atlas.studies and {s.family for s in atlas.studies} >= {"attention_only", "transformer", "lstm"}
+    assert {s.task for s in atlas.studies} >= {"icqa", "retrieval", "index_lookup", "induction"}

@@ -31,8 +31,8 @@ from ..tasks import TASKS
 from .climb import Study, parse_layers, parse_seeds, parse_target, parse_vary, parse_widths, task_overrides
 from .presets import load_preset, recipe
 
-SCALES = ("quick", "medium", "paper")
-ENTRY_KEYS = ("task", "preset", "study", "preset_scale", "vary", "families", "model", "train", "layers", "seeds", "target", "widths")
+ENTRY_KEYS = ("task", "preset", "study", "preset_scale", "vary", "families", "model", "train", "layers", "seeds",
+              "target", "widths")
 
 
 def atlas_file() -> Path:
