@@ -84,6 +84,10 @@ def atlas(scale: Annotated[str, typer.Option(help="quick (about an hour of one C
     for mark, labels in result["marks"].items():
         if labels:
             console.print(f"[bold]{result['mark_meanings'][mark]}[/]: {'; '.join(labels)}")
+    for row in result["min_widths"]:
+        widths = ", ".join(f"{depth} layer{'s' if depth != '1' else ''}: {w}" for depth, w in row["min_width"].items())
+        console.print(f"smallest width that learned, per depth: {row['task']} {row['size']} ({row['family']}): "
+                      f"{widths or 'none learned'}")
     for item in result["left_out"]:
         console.print(f"left out: {item.get('task') or item['family']}: {item['why']}")
     console.print("figures: " + ", ".join(result["figures"].values()))
