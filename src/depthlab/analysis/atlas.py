@@ -145,9 +145,15 @@ def atlas_table(cells: list[dict[str, Any]], title: str) -> Table:
                           "missing); lower/upper: the binding bound's depth and theorem (T2: Theorem 2 of the "
                           "task's seed; w: the construction's width; *: depthlab's own construction); —: no bound "
                           "stated for this model")
+    widths: dict[tuple[str, str], set] = {}
     for cell in cells:
-        label = cell["label"].replace(f"{cell['task']}, ", "", 1) if cell["label"] != cell["task"] else ""
-        task = f"{cell['task']} {label}".strip()
-        table.add_row(task, cell["family"], trained_text(cell), _bound_text(cell, "lower"),
+        widths.setdefault((cell["task"], cell["family"]), set()).add(cell["width"])
+    for cell in cells:
+        parts = [cell["task"]]
+        if len(widths[cell["task"], cell["family"]]) > 1:
+            parts.append(f"width {cell['width']}")
+        if cell["axis"] is not None:
+            parts.append(f"{cell['axis'].removeprefix('task.')}={cell['size']}")
+        table.add_row(" ".join(parts), cell["family"], trained_text(cell), _bound_text(cell, "lower"),
                       _bound_text(cell, "upper"), ", ".join(m["mark"].replace("_", " ") for m in cell["marks"]))
     return table

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -156,4 +157,10 @@ def atlas(scale: str = "quick", *, tasks: str | list[str] | None = None, familie
     def train(configs: list[Any], label: str) -> None:
         train_configs(configs, db, label, progress, (), group_size, executor, address)
 
-    return run_atlas(plan, db, None if finished_only else train, Path(out) if out is not None else None)[0]
+    session = nullcontext()
+    if executor == "ray" and not finished_only:
+        from ..sweeps.ray_executor import ray_session
+
+        session = ray_session(address)  # one Ray instance for the whole climb
+    with session:
+        return run_atlas(plan, db, None if finished_only else train, Path(out) if out is not None else None)[0]

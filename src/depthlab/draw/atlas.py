@@ -44,7 +44,8 @@ def atlas_figure(cells: Sequence[dict[str, Any]], family: str, title: str = "") 
         for i, row in enumerate(rows):
             for j, cell in enumerate(c for c in cells if (c["task"], c["width"]) == row):
                 _square(ax, i, j, cell, colours)
-        labels = [f"{task}" + (f" (width {width})" if width is not None else "") for task, width in rows]
+        several = {task for task, _ in rows if sum(t == task for t, _ in rows) > 1}
+        labels = [f"{task}, width {width}" if task in several else task for task, width in rows]
         ax.set_yticks(range(len(rows)), [literal(label) for label in labels])
         ax.set_xticks(range(columns), [f"size {j + 1}" for j in range(columns)])
         ax.tick_params(length=0)
