@@ -121,6 +121,12 @@ def _bound_text(cell: dict[str, Any], kind: str) -> str:
     return f"{layers} {short_theorem(bound)}{width}"
 
 
+def _size_text(cell: dict[str, Any]) -> str:
+    """The size bounds (hidden state, one-layer width) at p = 32 bits: ``state ≥ 0.31 T3``."""
+    return "; ".join(f"{'1-layer m·H' if b.get('layers') == 1 else 'state'} ≥ {b['value']:.2g} {short_theorem(b)}"
+                     for b in cell["bounds"] if b["kind"] == "width")
+
+
 def short_theorem(bound: dict[str, Any]) -> str:
     """``T2`` for Theorem 2 (seed 001), ``§7`` for a section, ``[65]`` for a citation; ``*`` depthlab's own."""
     theorem = bound["theorem"]
@@ -140,11 +146,13 @@ def atlas_table(cells: list[dict[str, Any]], title: str) -> Table:
     """A row per cell: the trained minimum depth, the binding lower and upper bounds (depth, theorem, width) and
     the marks."""
     table = Table([Column("task", no_wrap=True), Column("family", no_wrap=True), Column("trained", "right"),
-                   Column("lower", "right"), Column("upper", "right"), Column("mark")], title=title,
+                   Column("lower", "right"), Column("upper", "right"), Column("size bound"), Column("mark")],
+                  title=title,
                   caption="trained: minimum depth (>L: not reached up to L; … at L: runs of L layers "
                           "missing); lower/upper: the binding bound's depth and theorem (T2: Theorem 2 of the "
                           "task's seed; w: the construction's width; *: depthlab's own construction); —: no bound "
-                          "stated for this model")
+                          "stated for this model; size bound: a recurrent model's state or a one-layer transformer's "
+                          "width × heads must be at least this (p = 32 bits)")
     widths: dict[tuple[str, str], set] = {}
     for cell in cells:
         widths.setdefault((cell["task"], cell["family"]), set()).add(cell["width"])
@@ -155,5 +163,6 @@ def atlas_table(cells: list[dict[str, Any]], title: str) -> Table:
         if cell["axis"] is not None:
             parts.append(f"{cell['axis'].removeprefix('task.')}={cell['size']}")
         table.add_row(" ".join(parts), cell["family"], trained_text(cell), _bound_text(cell, "lower"),
-                      _bound_text(cell, "upper"), ", ".join(m["mark"].replace("_", " ") for m in cell["marks"]))
+                      _bound_text(cell, "upper"), _size_text(cell),
+                      ", ".join(m["mark"].replace("_", " ") for m in cell["marks"]))
     return table

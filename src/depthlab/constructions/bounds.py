@@ -98,7 +98,8 @@ def _seed001(task: dict[str, Any], model: dict[str, Any], run: Run) -> list[Boun
             out.append(_built(run, "lower", "seed001-one-layer-bound",
                               {"task": "icqa", "k": task["k"], "n_q": task["n_q"], "n_a": task["n_a"]}, one_layer,
                               layers=2))
-    if name == "template" and not task.get("templates") and not task.get("n_wildcards"):
+    default_templates = not any(task.get(k) for k in ("templates", "n_wildcards", "n_classes"))
+    if name == "template" and default_templates:
         if relu:
             out.append(_built(run, "upper", "seed001-template", {"l": task["l"], "n_symbols": task["n_symbols"]},
                               "two layers of one head (parse-mapping) classify every sequence"))
@@ -106,7 +107,7 @@ def _seed001(task: dict[str, Any], model: dict[str, Any], run: Run) -> list[Boun
             out.append(_built(run, "lower", "seed001-one-layer-bound",
                               {"task": "template", "l": task["l"], "n_symbols": task["n_symbols"]}, one_layer,
                               layers=2))
-    if name == "ictm" and not task.get("templates") and not task.get("n_wildcards"):
+    if name == "ictm" and default_templates:
         if relu:
             out.append(_built(run, "upper", "seed001-ictm", {"k": task["k"], "l": task["l"],
                                                              "n_symbols": task["n_symbols"], "n_a": task["n_a"]},
