@@ -162,7 +162,7 @@ def _seed003(task: dict[str, Any], family: str, run: Run) -> list[Bound]:
                               {"N": task["N"], "d": task["d"], "gamma": task["gamma"]},
                               "two softmax layers with a clamp MLP label every query by its nearest neighbour"))
         if name == "mqar":
-            out.append(Bound("upper", "Theorem 7 (seed 003), corollary", "seed 003 §5.2, Appendix G", "two layers "
+            out.append(Bound("upper", "Theorem 7 (seed 003), corollary", "seed 003 §5.2, Appendix G.2", "two layers "
                              "of width O(log N) perform associative recall such as MQAR (no depthlab construction)",
                              layers=2))
         if name == "dyck":
@@ -176,12 +176,12 @@ def _seed003(task: dict[str, Any], family: str, run: Run) -> list[Bound]:
         if name == "index_lookup":
             out.append(_state("Theorem 3", "§3, Appendix C.1", "m ≥ N/p", task["N"] / p))
         if name in ("eq_random", "eq_one"):
-            out.append(_state("Theorem 11", "§4.2, Appendix D", "m·p ≥ N/2", task["N"] / 2 / p))
+            out.append(_state("Theorem 11", "§4.2, Appendix F.1", "m·p ≥ N/2", task["N"] / 2 / p))
         if name == "nearest_neighbor":
-            out.append(_state("Theorem 8", "§5.2, Appendix G", "m ≥ N/(2p)", task["N"] / 2 / p))
-        if name == "mqar":  # App. G: Theorem 8's proof holds for MQAR itself; N is the sequence length
+            out.append(_state("Theorem 8", "§5.2, Appendix G.1", "m ≥ N/(2p)", task["N"] / 2 / p))
+        if name == "mqar":  # App. G.1: Theorem 8's proof holds for MQAR itself; N is the sequence length
             n = 2 * task["pairs"] + (task.get("queries") or task["pairs"])
-            out.append(_state("Theorem 8 (for MQAR, Appendix G)", "§5.2, Appendix G", "m ≥ N/(2p)", n / 2 / p))
+            out.append(_state("Theorem 8 (for MQAR, Appendix G.1)", "§5.2, Appendix G.1", "m ≥ N/(2p)", n / 2 / p))
     return out
 
 
