@@ -179,8 +179,10 @@ def _seed003(task: dict[str, Any], family: str, run: Run) -> list[Bound]:
             out.append(_state("Theorem 11", "§4.2, Appendix F.1", "m·p ≥ N/2", task["N"] / 2 / p))
         if name == "nearest_neighbor":
             out.append(_state("Theorem 8", "§5.2, Appendix G.1", "m ≥ N/(2p)", task["N"] / 2 / p))
-        if name == "mqar":  # App. G.1: Theorem 8's proof holds for MQAR itself; N is the sequence length
-            n = 2 * task["pairs"] + (task.get("queries") or task["pairs"])
+        if name == "mqar" and task.get("queries") in (None, task["pairs"]):
+            # App. G.1: Theorem 8's proof holds for MQAR itself, whose N inputs are the N/2 keys and their N/2
+            # queries (a permutation of them: depthlab's queries = pairs)
+            n = 2 * task["pairs"]
             out.append(_state("Theorem 8 (for MQAR, Appendix G.1)", "§5.2, Appendix G.1", "m ≥ N/(2p)", n / 2 / p))
     return out
 
