@@ -123,8 +123,9 @@ def _bound_text(cell: dict[str, Any], kind: str) -> str:
 
 def _size_text(cell: dict[str, Any]) -> str:
     """The size bounds (hidden state, one-layer width) at p = 32 bits: ``state ≥ 0.31 T3``."""
-    return "; ".join(f"{'1-layer m·H' if b.get('layers') == 1 else 'state'} ≥ {b['value']:.2g} {short_theorem(b)}"
-                     for b in cell["bounds"] if b["kind"] == "width")
+    return "; ".join(f"{'1-layer m·H' if b.get('layers') == 1 else 'state'} "
+                     f"{'≥ ' + format(b['value'], '.2g') if b.get('value') is not None else '= Ω(N)'} "
+                     f"{short_theorem(b)}" for b in cell["bounds"] if b["kind"] == "width")
 
 
 def short_theorem(bound: dict[str, Any]) -> str:

@@ -154,6 +154,9 @@ def _seed003(task: dict[str, Any], family: str, run: Run) -> list[Bound]:
         if name == "eq_random":
             out.append(_built(run, "upper", "seed003-equality", {"N": task["N"]},
                               "two softmax layers of width O(log N) decide equality of the two halves"))
+        if name in ("eq_random", "eq_one"):
+            out.append(Bound("width", "Theorem 12 (seed 003)", "seed 003 §4.2, Appendix F.1", "a one-layer "
+                             "transformer needs m·p·H = Ω(N) (no constant stated, so no number here)", layers=1))
         if name == "eq_one":
             out.append(Bound("upper", "Theorem 6 (seed 003)", "seed 003 §5.1, Appendix F.2", "two layers decide "
                              "equality over any finite alphabet (depthlab builds the binary case only)", layers=2))
