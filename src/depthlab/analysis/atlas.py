@@ -123,8 +123,8 @@ def _bound_text(cell: dict[str, Any], kind: str) -> str:
 
 def _size_text(cell: dict[str, Any]) -> str:
     """The size bounds (hidden state, one-layer width) at p = 32 bits: ``state ≥ 0.31 T3``."""
-    return "; ".join(f"{'1-layer m·H' if b.get('layers') == 1 else 'state'} "
-                     f"{'≥ ' + format(b['value'], '.2g') if b.get('value') is not None else '= Ω(N)'} "
+    return "; ".join(f"{'1-layer size' if b.get('layers') == 1 else 'state'} "
+                     f"{'≥ ' + format(b['value'], '.2g') if b.get('value') is not None else 'Ω(N)'} "
                      f"{short_theorem(b)}" for b in cell["bounds"] if b["kind"] == "width")
 
 
@@ -152,8 +152,8 @@ def atlas_table(cells: list[dict[str, Any]], title: str) -> Table:
                   caption="trained: minimum depth (>L: not reached up to L; … at L: runs of L layers "
                           "missing); lower/upper: the binding bound's depth and theorem (T2: Theorem 2 of the "
                           "task's seed; w: the construction's width; *: depthlab's own construction); —: no bound "
-                          "stated for this model; size bound: a recurrent model's state or a one-layer transformer's "
-                          "width × heads must be at least this (p = 32 bits)")
+                          "stated for this model; size bound: a recurrent model's state (m) or a one-layer "
+                          "transformer's width × heads must be at least this (p = 32 bits)")
     widths: dict[tuple[str, str], set] = {}
     for cell in cells:
         widths.setdefault((cell["task"], cell["family"]), set()).add(cell["width"])
