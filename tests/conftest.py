@@ -1,5 +1,9 @@
 """Shared fixtures."""
 
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -11,6 +15,43 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+def record_metric_writes(root: Path) -> Callable[[], list[tuple[str, int, str, str, float]]]:
+    """Record every row written into the metrics table of the store at ``root`` from now on, by any process.
+
+    An SQLite trigger copies each inserted row (``INSERT OR REPLACE`` included) into a side table; the returned
+    function reads them, oldest first, as (run_id, step, split, name, value). The metrics table's primary key keeps
+    one row per (run, step, split, name) however often it is written: a test of "no duplicate rows" must count the
+    writes, not the keys.
+    """
+    from depthlab.store import Store
+
+    store = Store(root)  # the schema exists
+    db = store.db_path
+    store.close()
+    conn = sqlite3.connect(db)
+    with conn:
+        conn.execute("CREATE TABLE metric_writes (run_id TEXT, step INTEGER, split TEXT, name TEXT, value REAL)")
+        conn.execute("CREATE TRIGGER record_metric_write AFTER INSERT ON metrics BEGIN INSERT INTO metric_writes "
+                     "VALUES (NEW.run_id, NEW.step, NEW.split, NEW.name, NEW.value); END")
+    conn.close()
+
+    def writes() -> list[tuple[str, int, str, str, float]]:
+        reader = sqlite3.connect(db)
+        try:
+            return reader.execute(
+                "SELECT run_id, step, split, name, value FROM metric_writes ORDER BY rowid").fetchall()
+        finally:
+            reader.close()
+
+    return writes
+
+
+@pytest.fixture
+def metric_writes():
+    """:func:`record_metric_writes` as a fixture."""
+    return record_metric_writes
 
 
 def run_depthlab(*args: str) -> tuple[int, str, str]:

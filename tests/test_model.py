@@ -138,26 +138,41 @@ def test_runs_are_independent_and_selectable():
     torch.testing.assert_close(after, before[[2, 0]])
 
 
-@pytest.mark.parametrize(
-    "kind,extra", [("sgd", {"momentum": 0.9, "weight_decay": 0.01}), ("adamw", {"weight_decay": 0.1})]
-)
-def test_group_optimizer_matches_torch_optim(kind, extra):
+@pytest.mark.parametrize("kind,extra,schedule", [
+    ("sgd", {"momentum": 0.9, "weight_decay": 0.01}, {}),
+    ("adamw", {"weight_decay": 0.1}, {}),
+    ("sgd", {"momentum": 0.9, "weight_decay": 0.01}, {"grad_clip": 1.0, "warmup_steps": 3}),  # the paper's clip
+    ("adamw", {"weight_decay": 0.1}, {"grad_clip": 1.0, "warmup_steps": 3}),  # the presets' warm-up
+], ids=["sgd", "adamw", "sgd-clip-warmup", "adamw-clip-warmup"])
+def test_group_optimizer_matches_torch_optim(kind, extra, schedule):
+    """Each run's update is torch.optim's on that run alone: clipped to the run's own global norm
+    (``clip_grad_norm_``), warmed up linearly from lr / w at the first step (``LambdaLR``)."""
     torch.manual_seed(0)
     lrs = [0.1, 0.01, 0.003]
-    stacked = torch.nn.Parameter(torch.randn(3, 4, 5))
-    singles = [torch.nn.Parameter(stacked.detach()[r].clone()) for r in range(3)]
-    group = GroupOptimizer([stacked], lrs, kind, **extra)
+    stacked = [torch.nn.Parameter(torch.randn(3, 4, 5)), torch.nn.Parameter(torch.randn(3, 2))]
+    singles = [[torch.nn.Parameter(p.detach()[r].clone()) for p in stacked] for r in range(3)]
+    group = GroupOptimizer(stacked, lrs, kind, **extra, **schedule)
     cls = torch.optim.SGD if kind == "sgd" else torch.optim.AdamW
-    refs = [cls([p], lr=lr, **extra) for p, lr in zip(singles, lrs, strict=True)]
+    refs = [cls(params, lr=lr, **extra) for params, lr in zip(singles, lrs, strict=True)]
+    warmup = schedule.get("warmup_steps", 0)
+    schedules = [torch.optim.lr_scheduler.LambdaLR(opt, lambda done: min(1.0, (done + 1) / warmup) if warmup else 1.0)
+                 for opt in refs]
+    scales = torch.tensor([0.05, 0.5, 5.0])  # gradient norms below and above the clip, per run
     for _ in range(5):
-        grads = torch.randn(3, 4, 5)
-        stacked.grad = grads.clone()
+        grads = [torch.randn(p.shape) * scales.view(3, *[1] * (p.dim() - 1)) for p in stacked]
+        for p, g in zip(stacked, grads, strict=True):
+            p.grad = g.clone()
         group.step()
-        for r, (p, opt) in enumerate(zip(singles, refs, strict=True)):
-            p.grad = grads[r].clone()
+        for r, (params, opt, sched) in enumerate(zip(singles, refs, schedules, strict=True)):
+            for p, g in zip(params, grads, strict=True):
+                p.grad = g[r].clone()
+            if "grad_clip" in schedule:
+                torch.nn.utils.clip_grad_norm_(params, schedule["grad_clip"])
             opt.step()
+            sched.step()
     for r in range(3):
-        torch.testing.assert_close(stacked.detach()[r], singles[r].detach(), rtol=1e-5, atol=1e-6)
+        for p, single in zip(stacked, singles[r], strict=True):
+            torch.testing.assert_close(p.detach()[r], single.detach(), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("positional", ["learned", "sinusoidal", "rotary", "onehot"])
