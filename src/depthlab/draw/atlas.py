@@ -51,8 +51,9 @@ def atlas_figure(cells: Sequence[dict[str, Any]], family: str, title: str = "") 
         ax.tick_params(length=0)
         for spine in ax.spines.values():
             spine.set_visible(False)
-        legend = ("colour: trained minimum depth; ≥L lower bound, ≤U construction (bottom corners); "
-                  "frame: red below the lower bound, orange above the construction")
+        legend = ("colour: trained minimum depth (hatched: none up to >L; …: runs missing)\n"
+                  "≥L lower bound, ≤U smallest construction; frame: red below the lower bound, orange above the "
+                  "construction")
         ax.set_title(f"{literal(title or family)}\n{legend}", fontsize=7.5)
         norm = mpl.colors.BoundaryNorm(np.arange(0.5, deepest + 1.5), deepest)
         bar = fig.colorbar(mpl.cm.ScalarMappable(norm=norm, cmap=colours), ax=ax, shrink=0.8,
