@@ -151,7 +151,7 @@ def test_a_cell_below_the_lower_bound_is_marked_from_a_hand_made_store(tiny, tmp
     assert [m["mark"] for m in below["marks"]] == ["below_lower"]
     assert "exact" in below["marks"][0]["detail"] and "Theorem" in below["marks"][0]["detail"]
     assert unfinished["status"] == "unfinished" and unfinished["accuracies"] == {"1": [0.5, 0.4]}
-    assert result["marks"]["below_lower"] == ["icqa, n_q=3 (attention_only)"]
+    assert result["marks"]["below_lower"] == ["icqa n_q=3 (attention_only)"]
     assert [row[2] for row in table.rows] == ["1", "… at 2"]
     assert (tmp_path / "figures" / "atlas-quick-attention_only.png").stat().st_size > 0
     assert atlases(store.root)[0]["cells"][0]["marks"] == below["marks"]  # kept for the report

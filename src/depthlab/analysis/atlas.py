@@ -143,6 +143,23 @@ def trained_text(cell: dict[str, Any]) -> str:
     return str(cell["min_layers"]) if cell["min_layers"] is not None else f">{cell['max_layers']}"
 
 
+def row_names(cells: list[dict[str, Any]]) -> list[str]:
+    """``icqa k=3``, ``index_lookup width 16 N=20``: the task, its width where the task was climbed at several for
+    that family, and its size."""
+    widths: dict[tuple[str, str], set] = {}
+    for cell in cells:
+        widths.setdefault((cell["task"], cell["family"]), set()).add(cell["width"])
+    names = []
+    for cell in cells:
+        parts = [cell["task"]]
+        if len(widths[cell["task"], cell["family"]]) > 1:
+            parts.append(f"width {cell['width']}")
+        if cell["axis"] is not None:
+            parts.append(f"{cell['axis'].removeprefix('task.')}={cell['size']}")
+        names.append(" ".join(parts))
+    return names
+
+
 def atlas_table(cells: list[dict[str, Any]], title: str) -> Table:
     """A row per cell: the trained minimum depth, the binding lower and upper bounds (depth, theorem, width) and
     the marks."""
@@ -154,16 +171,8 @@ def atlas_table(cells: list[dict[str, Any]], title: str) -> Table:
                           "task's seed; w: the construction's width; *: depthlab's own construction); —: no bound "
                           "stated for this model; size bound: a recurrent model's state (m) or a one-layer "
                           "transformer's width × heads must be at least this (p = 32 bits)")
-    widths: dict[tuple[str, str], set] = {}
-    for cell in cells:
-        widths.setdefault((cell["task"], cell["family"]), set()).add(cell["width"])
-    for cell in cells:
-        parts = [cell["task"]]
-        if len(widths[cell["task"], cell["family"]]) > 1:
-            parts.append(f"width {cell['width']}")
-        if cell["axis"] is not None:
-            parts.append(f"{cell['axis'].removeprefix('task.')}={cell['size']}")
-        table.add_row(" ".join(parts), cell["family"], trained_text(cell), _bound_text(cell, "lower"),
+    for cell, name in zip(cells, row_names(cells), strict=True):
+        table.add_row(name, cell["family"], trained_text(cell), _bound_text(cell, "lower"),
                       _bound_text(cell, "upper"), _size_text(cell),
                       ", ".join(m["mark"].replace("_", " ") for m in cell["marks"]))
     return table

@@ -103,13 +103,15 @@ def run_atlas(plan: AtlasPlan, store: Store, train: Train | None, out: Path | No
     (default ``<store>/figures``) and return the result object and the table to show."""
     import torch
 
-    from ..analysis.atlas import MARKS, atlas_table, min_widths
+    from ..analysis.atlas import MARKS, atlas_table, min_widths, row_names
     from ..draw.atlas import atlas_figure
     from ..draw.style import save
     from ..store import record_atlas
 
     started = time.perf_counter()
     cells = atlas_cells(plan, store, train)
+    for cell, name in zip(cells, row_names(cells), strict=True):
+        cell["name"] = name
     folder = out or store.root / "figures"
     families = list(dict.fromkeys(c["family"] for c in cells))
     title = f"depth atlas, {plan.scale} scale"
@@ -124,7 +126,7 @@ def run_atlas(plan: AtlasPlan, store: Store, train: Train | None, out: Path | No
                           []).append(c)
     widths = [{"task": g[0]["task"], "family": g[0]["family"], "size": g[0]["size"], "min_width": min_widths(g)}
               for g in groups.values() if len({c["width"] for c in g}) > 1]
-    marked = {mark: [c["label"] + f" ({c['family']})" for c in cells if any(m["mark"] == mark for m in c["marks"])]
+    marked = {mark: [f"{c['name']} ({c['family']})" for c in cells if any(m["mark"] == mark for m in c["marks"])]
               for mark in MARKS}
     result = {"scale": plan.scale, "note": plan.note, "target": plan.target, "families": families,
               "tasks": list(dict.fromkeys(c["task"] for c in cells)), "cells": cells, "min_widths": widths,
