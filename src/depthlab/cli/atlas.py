@@ -95,17 +95,22 @@ def atlas(scale: Annotated[str, typer.Option(help="quick (about an hour of one C
 
 
 def _show_plan(plan, json_out: bool) -> None:
-    """The studies of the plan: task, family, axis and sizes, depths, seeds, where the study comes from."""
+    """The studies of the plan: task, family, axis and sizes, depths, seeds, where the study comes from, and the most
+    runs and group steps (a cell's seeds train as one group) it may train: every cell climbed to its last depth."""
     from ..analysis.tables import Table
     from ..sweeps.climb import most_runs
 
-    rows = [{"task": s.task, "family": s.family, "axis": s.axis, "sizes": s.study.vary[1] if s.study.vary else None,
-             "widths": s.study.widths, "layers": s.study.layers, "seeds": len(s.study.seeds),
-             "steps": (s.study.base.get("train") or {}).get("steps"), "most_runs": most_runs(s.study),
-             "source": s.source} for s in plan.studies]
+    rows = []
+    for s in plan.studies:
+        runs = most_runs(s.study)
+        steps = (s.study.base.get("train") or {}).get("steps")
+        rows.append({"task": s.task, "family": s.family, "axis": s.axis,
+                     "sizes": s.study.vary[1] if s.study.vary else None, "widths": s.study.widths,
+                     "layers": s.study.layers, "seeds": len(s.study.seeds), "steps": steps, "most_runs": runs,
+                     "most_group_steps": runs // len(s.study.seeds) * (steps or 0), "source": s.source})
     if json_out:
         emit({"scale": plan.scale, "note": plan.note, "studies": rows, "most_runs": plan.most_runs,
-              "left_out": plan.left_out})
+              "most_group_steps": sum(r["most_group_steps"] for r in rows), "left_out": plan.left_out})
         return
     table = Table.of("task", "family", "sizes", "depths", "seeds", "steps", "runs ≤", "from",
                      title=f"depth atlas {plan.scale}: {len(rows)} studies, at most {plan.most_runs} runs")
