@@ -235,7 +235,8 @@ def test_a_run_that_cannot_fit_is_refused_before_it_is_built(tmp_path, depthlab_
 # --- issue 21: commands that read a store never create one; filters say what exists ----------------------------
 
 @pytest.mark.parametrize("args", [
-    ["runs"], ["report"], ["export", "abc"], ["analyze", "attention", "abc"], ["induction", "--run", "abc"],
+    ["runs"], ["report"], ["export", "abc"], ["analyze", "attention", "abc"], ["attention", "abc"],
+    ["induction", "--run", "abc"],
 ])
 def test_reading_commands_refuse_a_missing_store_and_create_nothing(tmp_path, depthlab_main, args):
     where = tmp_path / "typo"

@@ -44,7 +44,8 @@ def options_of(command: typer.main.TyperGroup, name: str) -> list[str]:
 ROOT = typer.main.get_command(app)
 OPTIONS = {name: options_of(ROOT, name) for name in (
     "tasks", "sample", "runs", "report", "export", "train", "sweep", "construct", "llm-prompts", "llm-bench",
-    "reproduce", "induction", "analyze attention", "analyze ablate", "analyze circuit", "analyze emergence")}
+    "reproduce", "induction", "attention", "analyze attention", "analyze ablate", "analyze circuit",
+    "analyze emergence")}
 OPTIONS["induction"].remove("--model")  # a TransformerLens model: importing transformer_lens alone takes seconds
 
 small = st.integers(-3, 20).map(str)
@@ -173,6 +174,7 @@ READING = st.tuples(st.one_of(
     command_args("runs"),
     command_args("report").map(lambda a: [*a, "--out", "cases/report.html"]),
     command_args("export", run_ids),
+    command_args("attention", run_ids),
     *(command_args(f"analyze {what}", run_ids) for what in ("attention", "ablate", "circuit", "emergence")),
     command_args("induction"),
 ), st.lists(stores, max_size=1)).map(lambda t: t[0] + [x for store in t[1] for x in ("--store", store)])
@@ -215,7 +217,7 @@ ROOT_OPTIONS = st.builds(
 @given(READING)
 @FUZZ
 def test_reading_commands(sandbox, args):
-    """tasks, sample, runs, report, export, analyze and induction, against every kind of store."""
+    """tasks, sample, runs, report, export, attention, analyze and induction, against every kind of store."""
     sandbox()
     check(args)
 

@@ -37,8 +37,9 @@ def documented(name: str, model) -> dict[str, tuple[int, ...]]:
     width = model.width if name == "attention_only" else spec.width
     out = {"hook_embed": (R, B, N, width)}
     per_layer = {"hook_resid_pre": (R, B, N, width), "hook_resid_post": (R, B, N, width)}
-    if name in ("attention_only", "transformer"):
+    if name in ("attention_only", "transformer", "linear_transformer"):  # positions added to the tokens
         out["hook_pos_embed"] = (R, B, N, width)
+    if name in ("attention_only", "transformer"):
         per_layer["hook_attn_out"] = (R, B, N, width)
     if name == "transformer":
         heads, dh = spec.heads, spec.head_size
@@ -190,5 +191,9 @@ def test_the_cache_takes_transformerlens_short_names():
     _, cache = make("transformer").run_with_cache(tokens())
     assert cache["pattern", 1] is cache["blocks.1.attn.hook_pattern"] is cache["attn", 1]
     assert cache["resid_post", 0] is cache["blocks.0.hook_resid_post"] and cache["embed"] is cache["hook_embed"]
-    with pytest.raises(KeyError, match="no cached hooks of layer 5"):
+    assert cache["pattern", -1] is cache["pattern", 1] and cache["k1"] is cache["blocks.1.attn.hook_k"]
+    with pytest.raises(KeyError, match=r"blocks\.5\.attn\.hook_pattern\) is not in the cache; did you mean "
+                                       r"blocks\.1\.attn\.hook_pattern"):
         cache["pattern", 5]
+    with pytest.raises(KeyError, match=r"did you mean blocks\.0\.attn\.hook_pattern, "):
+        cache["blocks.0.attn.hook_patern"]

@@ -79,6 +79,7 @@ def test_export_writes_transformerlens_names_and_shapes(tmp_path) -> None:
     assert state["embed.W_E"].shape == (24, 16) and state["pos_embed.W_pos"].shape == (12, 16)
     assert state["blocks.0.attn.W_Q"].shape == (2, 16, 4) and state["blocks.0.attn.W_O"].shape == (2, 4, 16)
     assert state["unembed.W_U"].shape == (16, 24) and config["d_head"] == 4 and config["depthlab"]["run"] == "r0"
+    assert files[0].stat().st_mode == files[1].stat().st_mode  # the weights as readable as the config
     with pytest.raises(UserError, match="positional"):
         transformerlens_export(_run({"name": "transformer", "layers": 1, "width": 16, "positional": "rotary"}).model)
 
@@ -88,12 +89,16 @@ def test_attention_only_hooks_reproduce_depthlab_logits(tmp_path, attention: str
     run = _run({"name": "attention_only", "layers": 2, "heads": heads, "attention": attention, "init": "random"})
     ours, theirs = _round_trip(run, tmp_path)
     assert torch.allclose(ours, theirs, atol=1e-4, rtol=1e-4), (ours - theirs).abs().max()
-    if attention == "relu":  # without the hooks TransformerLens' softmax gives other logits
+    if attention == "relu":  # the loader attached the hooks: without them TransformerLens' softmax differs
         config = json.loads((tmp_path / "export" / "config.json").read_text())
-        bare = tl.TLModel(tl.load_folder(tmp_path / "export").model, "bare")
-        assert config["depthlab"]["attention"] == "relu"
+        bare = tl.load_folder(str(tmp_path / "export"))  # a str path as well as a Path
+        bare.model.reset_hooks()
         inputs = torch.from_numpy(run.task.sample(8, np.random.default_rng(0)).inputs)
-        assert not torch.allclose(bare.logits(inputs), ours[:8], atol=1e-3)
+        ours = run.model(inputs[None]).outputs[0]
+        assert torch.allclose(bare.logits(inputs), ours, atol=1e-4, rtol=1e-4)  # permanent: reset_hooks() keeps them …
+        bare.model.reset_hooks(including_permanent=True)
+        assert config["depthlab"]["attention"] == "relu"
+        assert not torch.allclose(bare.logits(inputs), ours, atol=1e-3)  # … only this removes them
 
 
 @pytest.mark.parametrize("model", [
@@ -114,8 +119,7 @@ def test_exported_transformerlens_model_has_depthlab_s_activations_at_every_shar
     loaded = tl.load_folder(tmp_path / "export")
     inputs = torch.from_numpy(run.task.sample(6, np.random.default_rng(0)).inputs)
     _, ours = run.model.run_with_cache(inputs[None])
-    with loaded.model.hooks(fwd_hooks=loaded.fwd_hooks):
-        _, theirs = loaded.model.run_with_cache(inputs)
+    _, theirs = loaded.model.run_with_cache(inputs)  # ReLU attention through the loader's permanent hooks
     shared = [name for name in ours if name in theirs and not name.endswith("hook_attn_scores")]
     assert len(shared) == len(ours) - run.config.model.layers  # every depthlab hook but the scores
     width = run.model.width if model["name"] == "attention_only" else model["width"]

@@ -27,8 +27,12 @@ def test_quickstart_notebook_runs_and_shows_its_figures(tmp_path, monkeypatch):
     outputs = [output for cell in notebook.cells if cell.cell_type == "code" for output in cell.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     figures = [o for o in outputs if "image/png" in o.get("data", {})]
-    assert len(figures) == 3  # accuracy against depth, training curves, attention maps: shown, not only made
+    assert len(figures) == 3  # accuracy against depth, training curves, draw.attention(cache, …): shown, not only made
     runs = depthlab.Store(tmp_path / "quickstart-runs").runs().set_index("model.layers")
     assert (runs["status"] == "done").all() and runs.loc[1, "accuracy"] < 0.4 <= 0.99 <= runs.loc[2, "accuracy"]
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     assert "accuracy on 512 examples" in text and text.count("ablated: accuracy") == 2
+    assert "relu attention, bidirectional" in text and "'→', " in text  # cfg, and to_str_tokens' tokens
+    assert text.count("attending to nothing: loss") == 2  # gradients through the loaded model
+    sources = "".join(cell.source for cell in notebook.cells)
+    assert "to_str_tokens" in sources and "draw.attention(cache" in sources and "detach=False" in sources

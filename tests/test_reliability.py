@@ -427,7 +427,7 @@ def test_figure_labels_are_drawn_as_written_not_as_mathtext(tmp_path):
     import matplotlib.pyplot as plt
 
     from depthlab.draw import save
-    from depthlab.draw.attention import attention_figure
+    from depthlab.draw.attention_maps import attention_figure
     from depthlab.draw.depth import depth_figure
 
     curves = {(name, 1): [{"step": [1, 2], "accuracy": [0.2, 0.6], "loss": [1.0, 0.5]}] for name in HOSTILE}

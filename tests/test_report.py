@@ -211,7 +211,7 @@ def test_report_command_json_and_errors(store, tmp_path):
 
 def test_attention_figure_files(store, tmp_path):
     from depthlab.draw import save
-    from depthlab.draw.attention import attention_figure
+    from depthlab.draw.attention_maps import attention_figure
 
     record = next(r for r in store.find_runs(task="icqa") if r["config"]["model"]["layers"] == 2)
     run = load_run(store, record["id"])

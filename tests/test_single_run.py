@@ -69,7 +69,7 @@ def test_a_hook_that_replaces_a_pattern_acts_as_on_the_stacked_model(name):
     torch.testing.assert_close(ablated, expected[PICK])
     assert not torch.allclose(ablated, single(x))  # the hook changed the answer …
     assert seen == [(4, 3 if name == "attention_only" else 2, SHAPES.seq_len, SHAPES.seq_len)]
-    assert not any(point.fns for point in single.hook_dict.values())  # … and is gone afterwards
+    assert not any(point.active for point in single.hook_dict.values())  # … and is gone afterwards
 
 
 def test_transformerlens_names_and_shapes_and_gradients():
@@ -133,3 +133,51 @@ def test_load_model_at_a_kept_step(trained):
     assert not torch.equal(early.unembed.W_U, last.unembed.W_U)
     with pytest.raises(UserError, match="has weights at steps 10, 20"):
         store.load_model(run_id, step=15)
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_a_loaded_model_takes_gradients_and_trains_on(trained):
+    store, results, _ = trained
+    model = store.load_model(results[0].id)
+    assert all(p.requires_grad for p in model.parameters()) and model.task.name == "memorization"
+    batch = model.task.enumerate()
+    x, y = torch.from_numpy(batch.inputs), torch.from_numpy(batch.targets)
+    logits, cache = model.run_with_cache(x, detach=False)
+    loss = torch.nn.functional.cross_entropy(logits, y)
+    pattern_grad, = torch.autograd.grad(loss, cache["pattern", 0], retain_graph=True)
+    assert pattern_grad.shape == cache["pattern", 0].shape and pattern_grad.abs().sum() > 0
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)  # as the run trained
+    losses = []
+    for _ in range(5):  # training on from the trained weights lowers the loss further
+        optimizer.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0], losses
+    frozen = store.load_model(results[0].id, requires_grad=False)
+    assert not any(p.requires_grad for p in frozen.parameters()) and not frozen(x).requires_grad
+
+
+def test_attention_command_draws_a_run_on_given_tokens(trained, depthlab_main):
+    import json
+
+    store, results, _ = trained
+    run_id, root = results[0].id, str(store.root)
+    code, out, err = depthlab_main("attention", run_id[:8], "--tokens", "a c -> _5", "--store", root, "--json")
+    assert code == 0, err
+    shown = json.loads(out)
+    model = store.load_model(run_id)
+    _, cache = model.run_with_cache("a c →")
+    assert shown["tokens"] == ["a", "c", "→"] and shown["target"] == "5" and len(shown["patterns"]) == 2
+    for layer, pattern in enumerate(shown["patterns"]):  # [layer][head][query][key], the model's own
+        torch.testing.assert_close(torch.tensor(pattern), cache["pattern", layer][0])
+    assert shown["prediction"] == model.task.labels[int(model("a c →").argmax())]
+    assert shown["figure"].endswith("attention-tokens.png") and (store.root / shown["figure"]).is_file()
+    code, out, err = depthlab_main("attention", run_id, "--example", "3", "--store", root, "--json")
+    assert code == 0 and json.loads(out)["figure"].endswith("attention-seed0-example3.png"), err
+    code, out, err = depthlab_main("attention", run_id, "--tokens", "a z ->", "--store", root)
+    assert code == 2 and err.strip().splitlines() == ["error: --tokens: unknown token 'z'; the memorization "
+                                                      "vocabulary is a b c d →"]
+    code, out, err = depthlab_main("attention", run_id, "--out", root, "--store", root)  # a folder, not a file
+    assert code == 2 and err.startswith("error: --out: a file name ending in .png, .pdf or .svg")

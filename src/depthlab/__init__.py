@@ -7,6 +7,7 @@ From Python (:mod:`depthlab.api`; each name is imported on first use, so ``impor
     depthlab.Store(path).runs() / .metrics(run_ids) -> DataFrame    .load_model(run_id, step=None) -> nn.Module
     depthlab.reproduce(name, scale="quick") -> the object `depthlab reproduce NAME --json` prints
     depthlab.atlas(scale="quick", tasks=…, families=…) -> the object `depthlab atlas --json` prints
+    depthlab.draw.attention(cache, tokens) -> one example's attention, every layer and head (depthlab.draw: figures)
 
 From the shell: ``depthlab --help``.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 API = ("RunResult", "Store", "atlas", "list_models", "list_tasks", "reproduce", "sweep", "task", "train")
+SUBMODULES = ("draw",)  # reached as depthlab.draw after `import depthlab` alone, imported on first use
 __all__ = ["__version__", *API]
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `import depthlab` imports nothing at all
@@ -30,8 +32,12 @@ def __getattr__(name: str) -> Any:
         from . import api
 
         return getattr(api, name)
+    if name in SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module 'depthlab' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *API})
+    return sorted({*globals(), *API, *SUBMODULES})

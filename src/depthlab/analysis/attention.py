@@ -3,7 +3,7 @@
 In the style of seed 001 Figure 3 (§6.2: "we analyze the attention maps for some typical examples"): rows are
 the attending positions (queries), columns the attended ones (keys), both labelled with the example's tokens.
 The maps come from :func:`depthlab.analysis.runs.attention_maps` (the run rebuilt by ``load_run``); the vector task
-of seed 002 labels each position with its symbol (A2 is x_0 of chain 2). ``depthlab.draw.attention`` draws them.
+of seed 002 labels each position with its symbol (A2 is x_0 of chain 2). ``depthlab.draw.attention_maps`` draws them.
 """
 
 from __future__ import annotations

@@ -21,8 +21,9 @@ import yaml
 
 from ..errors import UserError
 from ..models import TaskShapes, build_model
+from ..models.tokens import Vocabulary
 from ..store import Store, StoreError
-from ..tasks.base import SIGN, Batch, Task
+from ..tasks.base import Batch, Task
 from ..training.evaluate import read_tensor
 from ..training.footprint import check_sample
 
@@ -45,8 +46,9 @@ class LoadedRun:
         return self.config.task
 
 
-def load_run(store: Store, run_id: str) -> LoadedRun:
-    """Rebuild ``run_id``'s trained model from its config and checkpoint; UserError when that is impossible."""
+def load_run(store: Store, run_id: str, requires_grad: bool = False) -> LoadedRun:
+    """Rebuild ``run_id``'s trained model from its config and checkpoint (in eval mode; its parameters take
+    gradients only with ``requires_grad``: the analyses read, they do not train); UserError when impossible."""
     from ..config import parse_run
     from ..training.checkpoint import CheckpointError, load_checkpoint
 
@@ -70,7 +72,7 @@ def load_run(store: Store, run_id: str) -> LoadedRun:
         model.load_run_state_dict(0, weights)
     except ValueError as e:
         raise UserError(f"run {run_id}: {e}") from None
-    model.eval().requires_grad_(False)
+    model.eval().requires_grad_(requires_grad)
     return LoadedRun(run_id, record, config, model, int(meta.get("step", record["step"] or 0)))
 
 
@@ -84,29 +86,31 @@ def sample_examples(task: Task, n: int, seed: int = 0, split: str = "eval", opti
     return task.sample(n, np.random.default_rng(seed), split)
 
 
-def encode_example(task: Task, text: str) -> Batch:
+def encode_example(task: Task, text: str, option: str = "--example") -> Batch:
     """One example written as ``depthlab sample`` prints it (``a → 1 b → 2 a → _1``) as a Batch.
 
-    Tokens are separated by spaces; ``->`` may stand for ``→``; a final ``_label`` gives the target (else the
-    target is unknown, stored as -1). The input must have the task's length n.
+    Tokens are separated by spaces or written together (Dyck's ``()[]``), read as the model's ``to_tokens`` reads
+    them (:class:`depthlab.models.tokens.Vocabulary`); ``->`` may stand for ``→``; a final ``_label`` gives the
+    target (else the target is unknown, stored as -1). The input must have the task's length n. Mistakes are
+    UserErrors naming ``option``.
     """
     if task.input_dim:
-        raise UserError(f"--example: {task.name} takes vector inputs; its examples cannot be written as tokens")
-    tokens = text.replace("->", SIGN).split()
+        raise UserError(f"{option}: {task.name} takes vector inputs; its examples cannot be written as tokens")
+    pieces = text.split()
     target = -1
-    if tokens and tokens[-1].startswith("_"):
-        label = tokens.pop()[1:]
+    if pieces and pieces[-1].startswith("_") and pieces[-1] not in task.vocab:
+        label = pieces.pop()[1:]
         if label not in task.labels:
-            raise UserError(f"--example: unknown target {label!r}; allowed: {', '.join(task.labels)}")
+            raise UserError(f"{option}: unknown target {label!r}; allowed: {', '.join(task.labels)}")
         target = task.labels.index(label)
-    index = {tok: i for i, tok in enumerate(task.vocab)}
-    unknown = [t for t in tokens if t not in index]
-    if unknown:
-        vocab = " ".join(task.vocab)
-        raise UserError(f"--example: unknown token {unknown[0]!r}; the {task.name} vocabulary is {vocab}")
+    vocabulary = Vocabulary(task.vocab, task.labels, task.name)
+    try:
+        tokens = vocabulary.split(" ".join(pieces))
+    except ValueError as e:
+        raise UserError(f"{option}: {e}") from None
     if len(tokens) != task.seq_len:
-        raise UserError(f"--example: {task.name} inputs have {task.seq_len} tokens, got {len(tokens)} in {text!r}")
-    inputs = np.array([[index[t] for t in tokens]], dtype=np.int64)
+        raise UserError(f"{option}: {task.name} inputs have {task.seq_len} tokens, got {len(tokens)} in {text!r}")
+    inputs = np.array([[vocabulary.index[t] for t in tokens]], dtype=np.int64)
     return Batch(inputs, np.array([target], dtype=np.int64))
 
 

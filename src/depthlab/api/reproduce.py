@@ -120,7 +120,7 @@ def reproduce(name: str, scale: str = "quick", *, store: str | Path | Store | No
     ``**{"train.steps": 500}``); ``progress``, ``log``, ``group_size`` as for :func:`depthlab.sweep`;
     ``finished_only`` trains nothing and draws from the runs already done (see :func:`run_preset`).
     """
-    from ..config import flat_fields
+    from ..fields import flat_fields
     from ..sweeps.presets import load_preset
     from .catalog import load_plugins
 

@@ -54,19 +54,21 @@ class Store(store.Store):
         ids = [run_ids] if isinstance(run_ids, str) else run_ids
         return metrics_frame(self.metric_rows(None if ids is None else [self.resolve(i) for i in ids]))
 
-    def load_model(self, run_id: str, step: int | None = None) -> SingleRunModel:
+    def load_model(self, run_id: str, step: int | None = None, requires_grad: bool = True) -> SingleRunModel:
         """The trained model of one run (its id or a unique prefix), in eval mode, without the run axis: inputs
-        ``[batch, n]``, logits ``[batch, C]``, TransformerLens parameter names and hook points
-        (``run_with_cache``, ``run_with_hooks``; :class:`depthlab.models.SingleRunModel`).
+        ``[batch, n]`` or text in the task's vocabulary, logits ``[batch, C]`` (``read="all"``: at every position),
+        TransformerLens parameter names, ``cfg``, tokenizer calls and hook points (``run_with_cache``,
+        ``run_with_hooks``, ``add_hook``; :class:`depthlab.models.SingleRunModel`); ``model.task`` is the run's task.
 
         ``step``: None for the run's last checkpoint; else a step whose weights the run kept
         (``train.keep_checkpoints``: ``history/step-NNNNNNN.safetensors``) or the last checkpoint's step.
+        Its parameters take gradients (train it on, or differentiate through it) unless ``requires_grad=False``.
         """
         from ..analysis.emergence import history, load_weights
         from ..analysis.runs import load_run
         from ..models import SingleRunModel
 
-        run = load_run(self, self.resolve(run_id))
+        run = load_run(self, self.resolve(run_id), requires_grad)
         if step is not None and step != run.step:
             kept = dict(history(self, run.id))
             if step not in kept:
@@ -74,4 +76,4 @@ class Store(store.Store):
                 raise UserError(f"step {step}: run {run.id} has weights at steps {steps} (train.keep_checkpoints "
                                 f"keeps every checkpoint's)")
             load_weights(run.model, kept[step])
-        return SingleRunModel(run.model)
+        return SingleRunModel(run.model, run.task)

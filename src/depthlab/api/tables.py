@@ -61,7 +61,7 @@ def runs_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
     """Store records (``Store.find_runs``) as one row per run, in their order (see the module's docstring)."""
     import pandas as pd
 
-    from ..config import flat_fields
+    from ..fields import flat_fields
 
     rows, config_columns, final_columns = [], {}, {}
     for record in records:

@@ -39,7 +39,8 @@ class RunResult:
 
 def config_mapping(config: ConfigLike, overrides: Mapping[str, Any]) -> dict[str, Any]:
     """The config (a YAML file's path, a mapping, or a RunConfig) with the keyword ``overrides`` applied."""
-    from ..config import RunConfig, flat_fields, load_yaml, set_field
+    from ..config import RunConfig, load_yaml, set_field
+    from ..fields import flat_fields
 
     if isinstance(config, str | os.PathLike):
         raw = load_yaml(config)

@@ -26,6 +26,7 @@ app.add_typer(analyze_app, name="analyze")
 
 RunArg = Annotated[str, typer.Argument(help="run id (or a unique prefix; see `depthlab runs`)")]
 SeedOpt = Annotated[int, typer.Option("--seed", min=0, help="seed of the sampled evaluation examples")]
+EXAMPLES = 64  # `depthlab attention --example I` indexes the evaluation examples `analyze attention -n 64` draws
 
 
 def _examples(run, n: int, seed: int, texts: list[str] | None):
@@ -58,7 +59,7 @@ def attention_cmd(run: RunArg, example: Annotated[list[str] | None, typer.Option
                   format_: FormatOpt = "png", store: StoreOpt = None, json_out: JsonOpt = False) -> None:
     """Attention maps of every layer and head, labelled with the decoded tokens (seed 001 Figure 3 style)."""
     from ..analysis.attention import examples_with_attention
-    from ..draw.attention import attention_figure
+    from ..draw.attention_maps import attention_figure
 
     vector = vector_format(format_)
     db, loaded = open_run(store, run)
@@ -81,6 +82,54 @@ def attention_cmd(run: RunArg, example: Annotated[list[str] | None, typer.Option
         return
     for r in out:
         Console().print(f"{r['text']}\n  figure: {r['figure']}")
+
+
+@app.command("attention")
+def attention_picture_cmd(run: RunArg, tokens: Annotated[str | None, typer.Option(
+                              "--tokens", help="the input in the task's vocabulary, as `depthlab sample` writes it "
+                                               "(a final _label gives the target)")] = None,
+                          example: Annotated[int, typer.Option(
+                              "--example", min=0, max=EXAMPLES - 1,
+                              help=f"without --tokens: example I of the {EXAMPLES} evaluation examples drawn with "
+                                   "--seed")] = 0,
+                          seed: SeedOpt = 0, per_panel: Annotated[bool, typer.Option(
+                              "--per-panel", help="scale each panel to its own largest weight")] = False,
+                          out: Annotated[Path | None, typer.Option(
+                              help="the picture's file (default: the run's analysis/ folder)")] = None,
+                          format_: FormatOpt = "png", store: StoreOpt = None, json_out: JsonOpt = False) -> None:
+    """One picture of a run's attention on one input: every layer × head, the tokens on the axes, a colour bar
+    (`depthlab.draw.attention`); --json prints the patterns, [layer][head][query][key]."""
+    from ..analysis.attention import examples_with_attention
+    from ..analysis.runs import encode_example, sample_examples
+    from ..draw import attention, save
+
+    vector = vector_format(format_)
+    if out is not None and (out.is_dir() or out.suffix not in (".png", ".pdf", ".svg")):
+        raise UserError(f"--out: a file name ending in .png, .pdf or .svg (got {str(out)!r})")
+    db, loaded = open_run(store, run)
+    if not loaded.model.heads_per_layer:
+        raise UserError(f"attention: run {loaded.id} is a {loaded.config.model.name} model, which has no attention")
+    if tokens is not None:
+        batch = encode_example(loaded.task, tokens, "--tokens")
+    else:
+        batch = sample_examples(loaded.task, EXAMPLES, seed, option="--example").take(slice(example, example + 1))
+    item = examples_with_attention(loaded, batch)[0]
+    answer = "" if item["prediction"] is None else f"predicted {item['prediction']}" + (
+        "" if item["target"] is None else f", target {item['target']}")
+    patterns = {f"blocks.{layer}.attn.hook_pattern": p for layer, p in enumerate(item["layers"])}
+    fig = attention(patterns, item["tokens"], title=f"run {loaded.id}: {' '.join(item['tokens'])}   {answer}",
+                    shared_scale=not per_panel, kind=loaded.model.cfg.attention)
+    name = f"analysis/attention-{'tokens' if tokens is not None else f'seed{seed}-example{example}'}.png"
+    path = save(fig, out, vector) if out is not None else _save_figure(db, loaded.id, fig, name,
+                                                                        {"analysis": "attention", "text": item["text"]},
+                                                                        vector)
+    result = {"run": loaded.id, "step": loaded.step, "task": loaded.task.name, "text": item["text"],
+              "tokens": item["tokens"], "target": item["target"], "prediction": item["prediction"],
+              "correct": item["correct"], "figure": str(path), "patterns": [p.tolist() for p in item["layers"]]}
+    if json_out:
+        emit(result)
+        return
+    print(f"{item['text']}   {answer}\n  figure: {path}")
 
 
 @analyze_app.command("ablate")

@@ -15,7 +15,10 @@ The only module of depthlab that imports TransformerLens, and only inside functi
 Seed 001's ReLU attention (``σ(z) = max{0, z}``, no softmax) is not native to TransformerLens: an exported
 attention-only run carries ``"depthlab": {"attention": "relu"}`` in its config and :func:`relu_attention_hooks`
 replaces every ``hook_pattern`` by ReLU of the attention scores recomputed from ``hook_q`` and ``hook_k`` (in 4.x
-``hook_attn_scores`` fires after ``hook_pattern``, so the scores are rebuilt, not read).
+``hook_attn_scores`` fires after ``hook_pattern``, so the scores are rebuilt, not read). :func:`load_folder`
+attaches them to the model it loads as *permanent* hooks (:func:`attach_relu_attention`), so the TransformerLens
+model computes seed 001's attention in every call — ``model(tokens)``, ``run_with_cache``, ``run_with_hooks`` (the
+user's hooks on ``hook_pattern`` then see the ReLU pattern) — until ``reset_hooks(including_permanent=True)``.
 """
 
 from __future__ import annotations
@@ -37,28 +40,17 @@ LEGACY_PREFIXES = ("NeelNanda/", "ArthurConmy/", "Baidicoot/")
 
 
 class TLModel:
-    """A TransformerLens model (3.x HookedTransformer or 4.x TransformerBridge) as a ``LogitModel``.
+    """A TransformerLens model (3.x HookedTransformer or 4.x TransformerBridge) as a ``LogitModel``."""
 
-    ``fwd_hooks`` ([(hook name, function)]) are attached for every forward pass (e.g. the ReLU attention of an
-    exported seed 001 model).
-    """
-
-    def __init__(self, model: Any, name: str, fwd_hooks: list[tuple[str, Any]] | None = None) -> None:
+    def __init__(self, model: Any, name: str) -> None:
         self.model = model.eval() if hasattr(model, "eval") else model
         self.name = name
-        self.fwd_hooks = fwd_hooks or []
         self.d_vocab = int(model.W_U.shape[-1])
         self.n_ctx: int | None = getattr(model.cfg, "n_ctx", None)
 
     @torch.no_grad()
     def logits(self, tokens: torch.Tensor) -> torch.Tensor:
-        device = self.unembed().device
-        if self.fwd_hooks:
-            with self.model.hooks(fwd_hooks=self.fwd_hooks):
-                out = self.model(tokens.to(device))
-        else:
-            out = self.model(tokens.to(device))
-        return out[:, -1].float().cpu()
+        return self.model(tokens.to(self.unembed().device))[:, -1].float().cpu()
 
     def unembed(self) -> torch.Tensor:
         return self.model.W_U.detach()
@@ -80,6 +72,15 @@ def relu_attention_hooks(n_layers: int) -> list[tuple[str, Any]]:
                   (f"{prefix}.hook_k", partial(_keep, seen=seen, role="k")),
                   (f"{prefix}.hook_pattern", partial(_relu_pattern, seen=seen))]
     return hooks
+
+
+def attach_relu_attention(model: Any, n_layers: int) -> Any:
+    """Make a TransformerLens model (a softmax attention-only model exported from a seed 001 ReLU run) compute
+    ReLU attention: :func:`relu_attention_hooks` attached as permanent hooks (they survive ``reset_hooks()``).
+    Returns the model."""
+    for name, fn in relu_attention_hooks(n_layers):
+        model.add_hook(name, fn, is_permanent=True)
+    return model
 
 
 def _keep(t: torch.Tensor, hook: Any, seen: dict[str, torch.Tensor], role: str) -> torch.Tensor:
@@ -175,13 +176,17 @@ def _read_state(folder: Path) -> dict[str, torch.Tensor]:
     return torch.load(saved[0], map_location="cpu", weights_only=True)
 
 
-def load_folder(folder: Path) -> TLModel:
-    """A folder holding ``config.json`` (TransformerLens config fields) and a property-format state dict."""
+def load_folder(folder: str | Path) -> TLModel:
+    """A folder (``str`` or ``Path``) holding ``config.json`` (TransformerLens config fields) and a property-format
+    state dict; ``.model`` is the TransformerLens model. A depthlab export of a ReLU run gets its ReLU attention
+    as permanent hooks (:func:`attach_relu_attention`): its logits are depthlab's in every call."""
+    folder = Path(folder).expanduser()
     config = json.loads((folder / "config.json").read_text())
     extra = config.pop("depthlab", {})
     model = build_from_config(config, _read_state(folder))
-    hooks = relu_attention_hooks(config["n_layers"]) if extra.get("attention") == "relu" else None
-    return TLModel(model, str(folder), hooks)
+    if extra.get("attention") == "relu":
+        attach_relu_attention(model, config["n_layers"])
+    return TLModel(model, str(folder))
 
 
 def load_named(name: str) -> TLModel:

@@ -10,8 +10,17 @@ Weights follow TransformerLens' row-vector convention (a position's representati
 ``blocks.{l}.attn.W_QK`` [heads, d', d'] with score(query q, key k) = x_q W_QK x_kᵀ, so the paper's
 W_QK (score = x_kᵀ W x_q, eq. 2 with columns) is its transpose; ``blocks.{l}.attn.W_V`` [heads, d', d'] with
 value = x W_V (the paper's W_V transposed); ``unembed.W_U`` [d', C] with logits = h_{n-1} W_U (W_O transposed).
-There is no causal mask (the paper's attention is bidirectional) and no MLP, LayerNorm or bias. Initialisations
-(``init``: paper, paper-first, random) and the constructed first layers are in ``models.init``.
+There is no causal mask (the paper's attention is bidirectional: every position attends to every other, before
+and after it) and no MLP, LayerNorm or bias. Initialisations (``init``: paper, paper-first, random) and the
+constructed first layers are in ``models.init``.
+
+TransformerLens' views of these weights (computed, not parameters; ``model.cfg``: ``d_head`` = d', ``attn_scale``
+= 1, ``attention_dir`` = bidirectional): ``attn.W_Q`` = W_QK and ``attn.W_K`` = I [heads, d', d'], so that
+``hook_q`` = x W_Q, ``hook_k`` = x W_K and the score is q · k with no 1/√d_head; ``attn.QK`` = W_Q W_Kᵀ is W_QK
+itself, the model's bilinear form (score = x_q QK x_kᵀ). ``attn.W_O`` = I/m, eq. 2's average over the layer's m
+heads, so ``attn.OV`` = W_V/m is what a head adds to the residual stream per unit of attention, and a head's
+result z W_O sums over heads to ``hook_attn_out``. ``model.W_E`` is the one-hot token table [d, d'] and
+``model.W_pos`` the one-hot positions [n, d'] (adding them is eq. 3's concatenation).
 
 Hook points (activations [R, B, …], per-head ones in TransformerLens' layout [R, B, pos, heads, …]):
 ``hook_embed`` (token one-hots, or the padded input vectors, in d' coordinates), ``hook_pos_embed`` (position
@@ -36,6 +45,7 @@ from pydantic import Field, field_validator, model_validator
 from .attention_kernels import LastQueryAttention, attention_pattern
 from .base import ModelSpec, RunModule, TaskShapes, register
 from .components import Unembed, fixed_table, through_head_hook
+from .factored import Circuits
 from .hooks import HookPoint
 from .init import attention_only_weight, paper_first_layer
 
@@ -82,14 +92,28 @@ class AttentionOnlySpec(ModelSpec):
         return list(self.heads) if isinstance(self.heads, list) else [self.heads] * self.layers
 
 
-class BilinearAttention(torch.nn.Module):
-    """One layer's heads: ``W_QK`` and ``W_V`` [R, heads, d', d'], σ the ReLU (or softmax) of x_q W_QK x_kᵀ."""
+class BilinearAttention(Circuits, torch.nn.Module):
+    """One layer's heads: ``W_QK`` and ``W_V`` [R, heads, d', d'], σ the ReLU (or softmax) of x_q W_QK x_kᵀ;
+    TransformerLens' ``W_Q`` = W_QK, ``W_K`` = I, ``W_O`` = I/m, ``QK`` and ``OV`` as views (module docstring)."""
 
     def __init__(self, w_qk: torch.nn.Parameter, w_v: torch.nn.Parameter, softmax: bool) -> None:
         super().__init__()
         self.W_QK, self.W_V, self.softmax = w_qk, w_v, softmax
         for name in ("q", "k", "v", "attn_scores", "pattern", "z"):
             setattr(self, f"hook_{name}", HookPoint())
+
+    @property
+    def W_Q(self) -> torch.Tensor:
+        return self.W_QK
+
+    @property
+    def W_K(self) -> torch.Tensor:
+        width = self.W_QK.shape[-1]
+        return torch.eye(width, dtype=self.W_QK.dtype, device=self.W_QK.device).expand_as(self.W_QK)
+
+    @property
+    def W_O(self) -> torch.Tensor:
+        return self.W_K / self.W_QK.shape[-3]
 
     def value_weights(self) -> torch.Tensor:
         """W_V with eq. 2's 1/m average in it (on the small tensor, not the activations)."""
@@ -108,7 +132,7 @@ class BilinearAttention(torch.nn.Module):
 
     @property
     def per_head_hooked(self) -> bool:
-        return bool(self.hook_v.fns or self.hook_z.fns)
+        return self.hook_v.active or self.hook_z.active
 
     def residual(self, h: torch.Tensor, pattern: torch.Tensor) -> torch.Tensor:
         """H + (1/m) Σ_i (pattern_i H) W_V,i in one product over (head, coordinate), in one pass over memory."""
@@ -143,7 +167,7 @@ class AttentionOnlyBlock(torch.nn.Module):
 
     @property
     def hooked(self) -> bool:
-        return any(point.fns for point in self.points)
+        return any(point.active for point in self.points)
 
     def forward(self, h: torch.Tensor, last_query: bool = False) -> torch.Tensor:
         """H^(l+1) [R, B, n, d'], or [R, B, 1, d'] at the last position with ``last_query`` (no hook attached)."""
@@ -191,9 +215,26 @@ class AttentionOnly(RunModule):
             first.apply(self)
         self.setup_hooks()
 
+    fixed_length = True  # one-hot positions for exactly n positions (eq. 3)
+
     @property
     def heads_per_layer(self) -> list[int]:
         return self.spec.heads_per_layer
+
+    @property
+    def W_E(self) -> torch.Tensor:
+        """The one-hot token table [d, d'] (token t -> coordinate t), shared by every run."""
+        return self.one_hot
+
+    @property
+    def W_pos(self) -> torch.Tensor:
+        """The one-hot positions [n, d'] (position i -> coordinate d + i), shared by every run."""
+        return self.positions
+
+    def config_fields(self) -> dict:
+        return {**super().config_fields(), "d_head": self.width, "attn_only": True,
+                "attention": self.spec.attention, "use_attn_scale": False, "attn_scale": 1.0,
+                "positional_embedding_type": "onehot"}
 
     def residual_stream(self, inputs: torch.Tensor) -> torch.Tensor:
         """H^(0) as rows: [R, B, n, d'] from token ids [R, B, n] (eq. 3), or from vectors [R, B, n, d]

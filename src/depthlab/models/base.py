@@ -14,7 +14,10 @@ unembedding), so its parameters are named as TransformerLens names them (``embed
 - ``override`` maps ``(layer, head)`` to a replacement pattern: a tensor broadcastable to [R, B, query, key], or
   one of ``"uniform"``, ``"identity"``, ``"previous"`` (see :func:`override_pattern`) — the seeds' head
   ablations, as hooks on ``blocks.{layer}.attn.hook_pattern``;
-- ``read``: positions whose logits are returned ([R, B, P, C]) instead of the last position's ([R, B, C]).
+- ``read``: positions whose logits are returned ([R, B, P, C]) instead of the last position's ([R, B, C]);
+  ``"all"`` for every position (TransformerLens' logits, [R, B, n, C]).
+
+``model.cfg`` describes a family in TransformerLens' config names (:class:`depthlab.models.cfg.ModelConfig`).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Any, ClassVar
 import torch
 from pydantic import BaseModel, ConfigDict
 
+from .cfg import ModelConfig
 from .hooks import HookedModule, HookPoint
 
 
@@ -153,6 +157,7 @@ class RunModule(HookedModule):
     """
 
     causal: bool = False  # whether attention is causal (an ablation's uniform pattern then respects the mask)
+    fixed_length: bool = False  # whether inputs must have exactly the task's length (else at most)
 
     def __init__(self, spec: ModelSpec, shapes: TaskShapes, n_runs: int) -> None:
         super().__init__()
@@ -166,6 +171,20 @@ class RunModule(HookedModule):
     def layers(self) -> int:
         return int(self.spec.layers)
 
+    @property
+    def cfg(self) -> ModelConfig:
+        """This model in TransformerLens' config names (:class:`~depthlab.models.cfg.ModelConfig`)."""
+        return ModelConfig(**self.config_fields())
+
+    def config_fields(self) -> dict[str, Any]:
+        """The fields of :attr:`cfg`; a family adds its own (attention kind, MLP, norms, positions)."""
+        heads = self.heads_per_layer
+        return {"model_name": self.spec.name, "n_layers": self.layers,
+                "d_model": int(getattr(self, "width", None) or self.spec.width), "n_ctx": self.shapes.seq_len,
+                "d_vocab": self.shapes.vocab_size, "d_vocab_out": self.shapes.n_classes,
+                "n_heads": max(heads, default=-1), "heads_per_layer": tuple(heads),
+                "attention_dir": "causal" if self.causal else "bidirectional", "task": self.shapes.task}
+
     def param(self, name: str) -> torch.nn.Parameter:
         """The parameter by its dotted name (``blocks.0.attn.W_QK``), all runs."""
         return self.get_parameter(name)
@@ -174,7 +193,11 @@ class RunModule(HookedModule):
         raise NotImplementedError
 
     def forward(self, inputs: torch.Tensor, capture: bool = False, override: Override | None = None,
-                read: torch.Tensor | None = None) -> ModelOutput:
+                read: torch.Tensor | str | None = None) -> ModelOutput:
+        if isinstance(read, str):
+            if read != "all":
+                raise ValueError(f"read: positions as a tensor, or \"all\" (got {read!r})")
+            read = torch.arange(inputs.shape[2], device=inputs.device)
         if not capture and not override:
             return ModelOutput(self.logits(inputs, read))
         if not self.heads_per_layer:

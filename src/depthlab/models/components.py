@@ -19,6 +19,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
+from .factored import Circuits
 from .hooks import HookPoint
 
 
@@ -41,7 +42,7 @@ def heads_last(x: torch.Tensor) -> torch.Tensor:
 
 def through_head_hook(hook: HookPoint, x: torch.Tensor) -> torch.Tensor:
     """Pass a per-head activation [R, B, heads, n, e] through ``hook`` in TransformerLens' layout."""
-    return heads_last(hook(heads_last(x))) if hook.fns else x
+    return heads_last(hook(heads_last(x))) if hook.active else x
 
 
 def shapes_only() -> bool:
@@ -163,14 +164,15 @@ class Unembed(torch.nn.Module):
         return logits + bias(self.b_U, logits) if hasattr(self, "b_U") else logits
 
 
-class HeadProjections(torch.nn.Module):
+class HeadProjections(Circuits, torch.nn.Module):
     """The per-head maps of multi-head attention and its relatives (linear attention, retention).
 
     ``W_Q``, ``W_K``, ``W_V`` [R, heads, d_model, d_head] (with biases ``b_Q``… [R, heads, d_head] unless
     ``with_bias`` is False), registered in that order, then a subclass's own parameters, then ``W_O``
     [R, heads, d_head, d_model] (and ``b_O``) through :meth:`add_output`: the registration order is the
     initialisation order, which a run's seed fixes. ``hook_q``, ``hook_k``, ``hook_v`` and ``hook_z`` see
-    [R, B, n, heads, d_head] (TransformerLens' layout); the computation keeps heads before positions.
+    [R, B, n, heads, d_head] (TransformerLens' layout); the computation keeps heads before positions. ``QK`` and
+    ``OV`` are TransformerLens' factored circuits.
     """
 
     def __init__(self, d: int, heads: int, d_head: int, init: Init, with_bias: bool = True) -> None:

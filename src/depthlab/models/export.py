@@ -25,8 +25,9 @@ averaged, ReLU attention, no causal mask — and is written as an equivalent bid
   seed 001's x_q W_QK x_kᵀ; ``W_V`` = the head's W_V, ``W_O`` = I / m (eq. 2's average over the m heads; layers
   with fewer heads are padded with zero heads); biases zero, no LayerNorm, ``attention_dir: bidirectional``;
 - ReLU attention: ``config["depthlab"]["attention"] == "relu"``, and the hooks of
-  :func:`depthlab.induction.tl.relu_attention_hooks` replace each softmax pattern by max(0, score). A softmax
-  run needs no hooks.
+  :func:`depthlab.induction.tl.relu_attention_hooks` replace each softmax pattern by max(0, score):
+  :func:`depthlab.induction.tl.load_folder` attaches them to the model it loads as permanent hooks
+  (:func:`depthlab.induction.tl.attach_relu_attention` on a model loaded by hand). A softmax run needs none.
 """
 
 from __future__ import annotations
@@ -105,10 +106,11 @@ def transformerlens_export(model: RunModule, about: dict[str, Any] | None = None
 
 
 def write_export(state: dict[str, torch.Tensor], config: dict[str, Any], folder: Path) -> list[Path]:
-    """``model.safetensors`` and ``config.json`` in ``folder`` (created); never pickle."""
-    from safetensors.torch import save_file
+    """``model.safetensors`` and ``config.json`` in ``folder`` (created), both with the permissions the user's
+    umask gives a new file (``save_file`` would write the weights 0600); never pickle."""
+    from safetensors.torch import save
 
     folder.mkdir(parents=True, exist_ok=True)
-    save_file(state, str(folder / "model.safetensors"))
+    (folder / "model.safetensors").write_bytes(save(state))
     (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     return [folder / "model.safetensors", folder / "config.json"]

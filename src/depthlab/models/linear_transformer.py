@@ -85,6 +85,8 @@ class LinearAttention(HeadedMixer):
 class LinearTransformer(SequenceStack):
     """R runs of a causal linear-attention transformer."""
 
+    attention = "linear"
+
     def __init__(self, spec: LinearTransformerSpec, shapes: TaskShapes, generators: list[torch.Generator]) -> None:
         super().__init__(spec, shapes, generators, learned_positions=spec.positional == "learned")
 

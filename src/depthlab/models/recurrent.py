@@ -15,11 +15,12 @@ with the length: ``kv_cache_size`` gives it for tables that put both side by sid
 
 A family gives its :class:`Mixer` (``blocks.{l}.<name>``: ``attn``, ``ret``, ``ssm``, ``mixer``). A mixer computes
 the layer in its parallel (training) form, transcribes the recurrence step by step (``recurrent``, for tests),
-and gives its state at every position (``states``). Hook points: ``hook_embed``, ``blocks.{l}.hook_resid_pre``,
-``blocks.{l}.hook_<name>_out``, ``hook_resid_mid`` and ``hook_mlp_out`` (with an MLP), ``hook_resid_post``, and
-``blocks.{l}.hook_state``: the state after every position, [R, B, n, …] with ``state_size / layers`` numbers
-per position (complex ones for DSS), computed only when that hook is attached, read-only. Nothing is masked:
-padding tokens (index lookup, equality) are ordinary tokens that the model reads and learns to ignore.
+and gives its state at every position (``states``). Hook points: ``hook_embed`` (and ``hook_pos_embed`` with learned
+positions), ``blocks.{l}.hook_resid_pre``, ``blocks.{l}.hook_<name>_out``, ``hook_resid_mid`` and ``hook_mlp_out``
+(with an MLP), ``hook_resid_post``, and ``blocks.{l}.hook_state``: the state after every position, [R, B, n, …] with
+``state_size / layers`` numbers per position (complex ones for DSS), computed only when that hook is attached,
+read-only. Nothing is masked: padding tokens (index lookup, equality) are ordinary tokens that the model reads and
+learns to ignore.
 """
 
 from __future__ import annotations
@@ -116,10 +117,22 @@ class SequenceStack(RunModule):
         if learned_positions:
             self.pos_embed = PosEmbed(shapes.seq_len, d, init)
         self.hook_embed = HookPoint()
+        if learned_positions:
+            self.hook_pos_embed = HookPoint()
         self.build_layers(init)
         self.ln_final = LayerNorm(d, init, self.rms)
         self.unembed = Unembed(init.normal([d, shapes.n_classes]), init.const([shapes.n_classes], 0.0))
         self.setup_hooks()
+
+    attention: str | None = None  # cfg.attention: how the mixer weighs positions (linear, retention), if it does
+
+    def config_fields(self) -> dict[str, Any]:
+        mlp = getattr(self.blocks[0], "mlp", None)
+        heads = getattr(self.spec, "heads", None)
+        return {**super().config_fields(), "n_heads": heads or -1, "d_head": self.spec.width // heads if heads else -1,
+                "d_mlp": None if mlp is None else int(mlp.W_in.shape[-1]), "act_fn": None if mlp is None else "gelu",
+                "attention": self.attention, "attention_dir": "causal", "normalization_type": "RMS" if self.rms
+                else "LN", "positional_embedding_type": "standard" if hasattr(self, "pos_embed") else "none"}
 
     def build_layers(self, init: Init) -> None:
         """Register ``self.blocks`` (and whatever else the layers hold), drawing in layer order from ``init``."""
@@ -129,7 +142,8 @@ class SequenceStack(RunModule):
         """[R, B, n, d] from token ids [R, B, n] or vectors [R, B, n, d_in] (W_E then projects)."""
         x = self.hook_embed(self.embed(inputs))
         if hasattr(self, "pos_embed"):
-            x = x + self.pos_embed(inputs.shape[2])
+            positions = self.pos_embed(inputs.shape[2])  # [R, 1, n, d]: broadcast, unless a hook asks for [R, B, n, d]
+            x = x + (self.hook_pos_embed(positions.expand_as(x)) if self.hook_pos_embed.active else positions)
         return x
 
     def body(self, x: torch.Tensor) -> torch.Tensor:

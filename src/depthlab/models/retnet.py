@@ -101,6 +101,8 @@ class Retention(HeadedMixer):
 class RetNet(SequenceStack):
     """R runs of a RetNet."""
 
+    attention = "retention"
+
     def build_layers(self, init: Init) -> None:
         spec, n = self.spec, self.shapes.seq_len
         self.blocks = torch.nn.ModuleList(ResidualBlock("ret", Retention(spec, n, init), spec, init, mlp=spec.mlp)

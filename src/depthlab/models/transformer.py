@@ -186,6 +186,21 @@ class Transformer(RunModule):
     def heads_per_layer(self) -> list[int]:
         return [self.spec.heads] * self.spec.layers
 
+    @property
+    def W_pos(self) -> torch.Tensor:
+        """The positions added to the tokens: learned ``pos_embed.W_pos``, or the fixed sinusoidal table."""
+        if self.spec.positional not in ("learned", "sinusoidal"):
+            raise AttributeError(f"W_pos: {self.spec.positional} positions are not added to the tokens")
+        return self.pos_embed.W_pos if self.spec.positional == "learned" else self.sinusoidal
+
+    def config_fields(self) -> dict:
+        spec = self.spec
+        positions = {"learned": "standard"}.get(spec.positional, spec.positional)
+        return {**super().config_fields(), "d_head": spec.head_size, "d_mlp": (spec.d_mlp or 4 * spec.width)
+                if spec.mlp else None, "act_fn": "gelu" if spec.mlp else None, "attn_only": not spec.mlp,
+                "attention": "softmax", "attn_scale": math.sqrt(spec.head_size), "normalization_type": "LN",
+                "positional_embedding_type": positions}
+
     def residual_stream(self, inputs: torch.Tensor) -> torch.Tensor:
         """The stream before block 0: [R, B, n, d_model] from token ids [R, B, n] or vectors [R, B, n, d_in]."""
         x = self.hook_embed(self.embed(inputs))

@@ -21,7 +21,7 @@ from ..analysis import capability, circuits, construction_maps, emergence, heads
 from ..analysis.tables import Column, Table
 from ..constructions import information_flow, log_width
 from ..draw import save
-from ..draw.attention import comparison_figure
+from ..draw.attention_maps import comparison_figure
 from ..draw.capability import min_depth_figure
 from ..draw.circuit import circuits_figure
 from ..draw.depth import depth_figure

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..config import flat_fields
+from ..fields import flat_fields
 from .tracking import MetricsRow, Tracker, by_run_and_step, numbers
 
 EXPERIMENT = "depthlab"
