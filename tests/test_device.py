@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from conftest import run_depthlab
+from depthlab.cli.common import with_device
 from depthlab.config import parse_run
 from depthlab.errors import UserError
 from depthlab.store import Store
@@ -73,7 +74,8 @@ def test_a_config_asking_for_cuda_is_refused_before_any_run_trains(tmp_path):
 
 
 def test_auto_is_the_cpu_here_and_the_results_say_where_and_in_what_precision(tmp_path):
-    assert resolve_device("auto") == torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    assert str(resolve_device("auto")) == (f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available()
+                                           else "cpu")
     assert gpus_for("cpu") == ["cpu"]
     store = Store(tmp_path)
     results = run_local(runs((0,), device="cpu", precision="bf16"), store)
@@ -135,3 +137,39 @@ def test_a_compiled_step_traces_the_real_forward_and_backward_and_trains_the_sam
     for run_id in a:
         assert b[run_id]["loss"] == pytest.approx(a[run_id]["loss"], rel=1e-5)
         assert b[run_id]["accuracy"] == pytest.approx(a[run_id]["accuracy"], abs=1 / 64)
+
+
+def test_cuda_stands_for_the_gpu_it_uses(monkeypatch):
+    """Issue 29: ``cuda`` (and ``auto`` with GPUs) resolves to the current GPU by index, so a run's final metrics
+    record ``cuda:0``, the device it really used; ``cuda`` still spreads groups over every GPU."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    assert [str(resolve_device(name)) for name in ("cuda", "auto", "cuda:1", "cpu")] == [
+        "cuda:0", "cuda:0", "cuda:1", "cpu"]
+    assert gpus_for("cuda") == gpus_for("auto") == ["cuda:0", "cuda:1"] and gpus_for("cuda:1") == ["cuda:1"]
+    with pytest.raises(UserError, match="only 2 GPUs are visible"):
+        resolve_device("cuda:2")
+
+
+def test_two_workers_sharing_one_device_give_what_one_worker_gives(tmp_path):
+    """``train.workers_per_device: 2`` on the CPU: two worker processes share it, each taking whole groups; the
+    rows and results are those of one worker (this process)."""
+    configs = runs(range(2))
+    one = Store(tmp_path / "one")
+    expected = run_local(configs, one, group_size=1)
+    two = Store(tmp_path / "two")
+    got = run_local(runs(range(2), workers_per_device=2), two, group_size=1)
+    timing = ("seconds", "threads")
+
+    def outcome(results):
+        return {k: {f: v for f, v in r.items() if f not in timing} for k, r in results.items()}
+
+    assert outcome(got) == outcome(expected) and rows(two) == rows(one)
+    assert {r["threads"] for r in got.values()} == {max(1, torch.get_num_threads() // 2)}
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two", "65"])
+def test_workers_per_device_outside_its_range_is_one_line(value):
+    with pytest.raises(UserError, match=r"^--workers-per-device: .* is not auto or a whole number from 1 to 64$"):
+        with_device(None, None, workers=value)

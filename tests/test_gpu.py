@@ -70,3 +70,54 @@ def test_groups_spread_over_every_gpu(tmp_path):
     configs = runs(range(4))
     got = train_on_devices(plan_groups(configs, group_size=1), Store(tmp_path), gpus_for("cuda"))
     assert {r["device"] for r in got.values()} == {f"cuda:{i}" for i in range(torch.cuda.device_count())}
+
+
+def _group(tmp_path, configs):
+    store = Store(tmp_path)
+    ids = [store.create_run(c.to_dict(), c.task.name, c.model.name) for c in configs]
+    return engine.Group(list(zip(configs, ids, strict=True)), store, len(configs))
+
+
+@pytest.mark.parametrize("model", [RUN["model"], {"name": "attention_only", "layers": 2, "init": "random"}])
+def test_a_cuda_graph_step_trains_as_the_eager_step_over_50_steps(tmp_path, model):
+    """Issue 29: the whole step captured once (after its warm-up steps) and replayed gives the eager step's
+    weights and train sums within 1e-5, with clipping, warm-up and weight decay in the step."""
+    extra = {"steps": 100, "grad_clip": 1.0, "warmup_steps": 10, "weight_decay": 0.1}
+    groups = {}
+    for mode in ("off", "on"):
+        configs = [parse_run({**RUN, "model": model, "train": {**RUN["train"], **extra, "cuda_graph": mode},
+                              "seed": s}) for s in range(3)]
+        groups[mode] = group = _group(tmp_path / mode, configs)
+        for _ in range(50):
+            group.step()
+    assert groups["on"].step_mode() == "cuda graph (captured 1 time)"
+    assert groups["off"].step_mode() == "eager (train.cuda_graph: off)"
+    for a, b in zip(groups["off"].model.parameters(), groups["on"].model.parameters(), strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(groups["on"].sums, groups["off"].sums, rtol=1e-5, atol=1e-5)
+
+
+def test_cuda_graph_replays_never_wait_for_the_gpu(tmp_path):
+    group = _group(tmp_path, runs(steps=20, cuda_graph="on"))
+    for _ in range(5):  # three warm-up steps, the capture, a replay
+        group.step()
+    assert group.graphed is not None and group.graphed.captures == 1
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(3):
+            group.step()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+def test_under_cuda_graphs_a_run_alone_and_in_a_group_agree_and_leaving_runs_recapture(tmp_path):
+    """A run that diverges at the first log point leaves the group: the others capture again and finish as
+    they do alone."""
+    configs = runs(range(3), cuda_graph="on")
+    diverging = parse_run({**RUN, "train": {**RUN["train"], "cuda_graph": "on", "lr": 1e30}, "seed": 9})
+    grouped = run_local([*configs, diverging], Store(tmp_path / "grouped"), group_size=4)
+    alone = run_local(configs, Store(tmp_path / "alone"), group_size=1)
+    for run_id, result in alone.items():
+        assert grouped[run_id]["step_mode"] == "cuda graph (captured 2 times)"
+        assert result["step_mode"] == "cuda graph (captured 1 time)"
+        assert grouped[run_id]["loss"] == pytest.approx(result["loss"], rel=1e-3, abs=1e-5)

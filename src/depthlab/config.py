@@ -65,6 +65,7 @@ def _no_bools_for_numbers(section: str, cls: type[BaseModel], raw: dict) -> None
 
 DEVICE_NAMES = re.compile(r"auto|cpu|cuda(:\d+)?")  # train.device (resolved by training.device)
 DEVICES_ALLOWED = "auto, cpu, cuda or cuda:N"
+MAX_WORKERS_PER_DEVICE = 64
 
 
 class TrainSpec(BaseModel):
@@ -95,6 +96,19 @@ class TrainSpec(BaseModel):
     # where and how the run executes, not what it computes: kept out of the run id (EXECUTION_FIELDS)
     device: str = Field("auto", description="auto (a GPU when PyTorch sees one), cpu, cuda or cuda:N")
     compile: bool = Field(False, description="compile the training step with torch.compile")
+    cuda_graph: Literal["auto", "on", "off"] = Field(
+        "auto", description="replay each step as one CUDA graph: auto (on CUDA, where the step can be captured), "
+                            "on (the same, said explicitly), off")
+    workers_per_device: int | Literal["auto"] = Field(
+        1, description="groups trained at once on each device, one worker process each (the local executor); "
+                       "auto: as many as the GPU's free memory holds (1 on the CPU)")
+
+    @field_validator("workers_per_device")
+    @classmethod
+    def _workers_range(cls, value: int | str) -> int | str:
+        if value != "auto" and not 1 <= value <= MAX_WORKERS_PER_DEVICE:
+            raise ValueError(f"must be auto or a whole number from 1 to {MAX_WORKERS_PER_DEVICE}")
+        return value
 
     @field_validator("device")
     @classmethod
@@ -124,7 +138,8 @@ class ResourceSpec(BaseModel):
                                     description="memory per task, for Ray's scheduler (GiB)")
 
 
-EXECUTION_FIELDS = frozenset({"device", "compile"})  # train fields that say where a run executes, not what it is
+# train fields that say where and how a run executes, not what it is
+EXECUTION_FIELDS = frozenset({"device", "compile", "cuda_graph", "workers_per_device"})
 
 
 class RunConfig(BaseModel):
@@ -138,9 +153,9 @@ class RunConfig(BaseModel):
     seed: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        """The resolved config (every default filled in); its hash is the run id. Where the run executes
-        (``train.device``, ``train.compile``) is left out: a run trained on a GPU is the same run as on the CPU
-        (its final metrics record the device and precision)."""
+        """The resolved config (every default filled in); its hash is the run id. Where and how the run executes
+        (``EXECUTION_FIELDS``: ``train.device``, ``compile``, ``cuda_graph``, ``workers_per_device``) is left out: a
+        run trained on a GPU is the same run as on the CPU (its final metrics record the device and precision)."""
         return {
             "task": {"name": self.task.name, **self.task.model_dump(mode="json")},
             "model": self.model.model_dump(mode="json"),

@@ -36,14 +36,26 @@ GroupSizeOpt = Annotated[int | None, typer.Option("--group-size", min=1, help="r
 DeviceOpt = Annotated[str | None, typer.Option(
     "--device", help="where every run trains (train.device): auto (a GPU when PyTorch sees one), cpu, cuda "
                      "(every GPU, a group on each) or cuda:N")]
+WorkersOpt = Annotated[str | None, typer.Option(
+    "--workers-per-device", help="groups trained at once on each device (train.workers_per_device): a number, or "
+                                 "auto (as many as a GPU's free memory holds; 1 on the CPU)")]
 LogOpt = Annotated[list[str] | None, typer.Option(
     "--log", help="mirror each run's config and metrics to a tracker: mlflow (a file store in <store>/mlruns) or "
                   "wandb (offline runs in <store>/wandb); repeatable; pip install 'depthlab[track]'")]
 
 
-def with_device(set_: list[str] | None, device: str | None, executor: str = "local") -> list[str] | None:
+def with_device(set_: list[str] | None, device: str | None, executor: str = "local",
+                workers: str | None = None) -> list[str] | None:
     """``--set`` with ``train.device`` from ``--device``, checked first: a device this machine lacks is one line
-    before any work (with Ray, the workers' GPUs count, not this machine's)."""
+    before any work (with Ray, the workers' GPUs count, not this machine's); and ``train.workers_per_device`` from
+    ``--workers-per-device``."""
+    if workers is not None:
+        from ..config import MAX_WORKERS_PER_DEVICE
+
+        if workers != "auto" and not (workers.isdigit() and 1 <= int(workers) <= MAX_WORKERS_PER_DEVICE):
+            raise UserError(f"--workers-per-device: {workers!r} is not auto or a whole number from 1 to "
+                            f"{MAX_WORKERS_PER_DEVICE}")
+        set_ = [*(set_ or []), f"train.workers_per_device={workers}"]
     if device is None:
         return set_
     from ..training.device import check_device_name, resolve_device

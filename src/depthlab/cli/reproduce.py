@@ -20,6 +20,7 @@ from .common import (
     JsonOpt,
     SetOpt,
     StoreOpt,
+    WorkersOpt,
     check_executor,
     console,
     emit,
@@ -43,7 +44,7 @@ def reproduce(name: Annotated[str | None, typer.Argument(help="preset name, e.g.
               = "quick",
               set_: SetOpt = None, store: StoreOpt = None,
               out: Annotated[Path | None, typer.Option(help="folder for figures (default: <store>/figures)")] = None,
-              format_: FormatOpt = "png", device: DeviceOpt = None,
+              format_: FormatOpt = "png", device: DeviceOpt = None, workers: WorkersOpt = None,
               group_size: GroupSizeOpt = None,
               finished_only: Annotated[bool, typer.Option("--finished-only", help="train nothing: draw from the "
                                                           "runs of this preset already done in the store (its "
@@ -61,7 +62,7 @@ def reproduce(name: Annotated[str | None, typer.Argument(help="preset name, e.g.
                         "lists them)")
 
     vector = vector_format(format_)
-    preset = load_preset(name, scale, with_device(set_, device))
+    preset = load_preset(name, scale, with_device(set_, device, workers=workers))
     threads = setup_threads()
     db = open_store(store)
     if not json_out:
@@ -126,6 +127,7 @@ def capability(
                                                          "<store>/figures/capability-TASK.png)")] = None,
         format_: FormatOpt = "png", store: StoreOpt = None, group_size: GroupSizeOpt = None,
         executor: ExecutorOpt = "local", address: AddressOpt = None, device: DeviceOpt = None,
+        workers: WorkersOpt = None,
         json_out: JsonOpt = False) -> None:
     """The smallest depth at which a strict majority of seeds reach --target on held-out data, per width.
 
@@ -141,7 +143,7 @@ def capability(
 
     check_executor(executor, address)
     vector = vector_format(format_)
-    overrides = cap.task_overrides(with_device(set_, device, executor))
+    overrides = cap.task_overrides(with_device(set_, device, executor, workers))
     base = apply_overrides(cap.default_base(task, model, recipe(CAPABILITY_RECIPE)), overrides)
     study = cap.Study(base, cap.parse_layers(layers), list(range(seeds)), cap.parse_target(target),
                       cap.parse_widths(widths), cap.parse_vary(vary))
@@ -165,19 +167,24 @@ def capability(
 
 
 @app.command()
-def bench(runs: Annotated[str, typer.Option(help="group sizes to measure, comma-separated")] = "1,4,16,64",
+def bench(runs: Annotated[str | None, typer.Option(help="group sizes to measure, comma-separated "
+                                                        "(default 1,4,16,64; with --ops 1,16)")] = None,
           case: Annotated[list[str] | None, typer.Option(help="icqa-quick, icqa-paper or retrieval")] = None,
           seconds: Annotated[float, typer.Option(min=0.1, help="minimum seconds per measurement")] = 1.0,
           rounds: Annotated[int, typer.Option(min=1, help="interleaved repetitions; rates are their medians")] = 3,
           device: Annotated[str, typer.Option("--device", help="cpu, cuda or cuda:N: where both train")] = "cpu",
+          ops: Annotated[bool, typer.Option("--ops", help="count ATen operations per training step instead "
+                                                          "(torch.profiler)")] = False,
           json_out: JsonOpt = False) -> None:
-    """Measure the batched engine against a plain loop and the machine's peak (see benchmarks/)."""
+    """Measure the batched engine against a plain loop and the machine's peak, or count the operations of its
+    training step with --ops (see benchmarks/)."""
     from ..training.throughput import CASES, run_benchmark
 
     known = [c.name for c in CASES]
     for name in case or []:
         if name not in known:
             raise UserError(f"--case: unknown case {name!r}; allowed: {', '.join(known)}")
+    runs = runs or ("1,16" if ops else "1,4,16,64")
     try:
         counts = [int(x) for x in runs.split(",")]
     except ValueError:
@@ -185,6 +192,9 @@ def bench(runs: Annotated[str, typer.Option(help="group sizes to measure, comma-
     if not counts or min(counts) < 1:
         raise UserError(f"--runs: group sizes must be positive integers (got {runs!r})")
     threads = setup_threads()
+    if ops:
+        _bench_ops(counts, case, device, json_out)
+        return
     show_row = None if json_out else (lambda row: console.print(
         f"{row['name']:<11} {row['precision']} R={row['runs']:<3} plain {row['plain_examples_per_s']:>10,.0f}/s "
         f"engine {row['engine_examples_per_s']:>10,.0f}/s  ×{row['speedup']:<6} "
@@ -195,3 +205,16 @@ def bench(runs: Annotated[str, typer.Option(help="group sizes to measure, comma-
         return
     console.print(f"{result['device']}: peak fp32 {result['peak_gflops']} GFLOP/s, bf16 "
                   f"{result['peak_gflops_bf16']} GFLOP/s, {threads} threads")
+
+
+def _bench_ops(counts: list[int], case: list[str] | None, device: str, json_out: bool) -> None:
+    from ..training.opcount import count_ops
+
+    show_row = None if json_out else (lambda row: console.print(
+        f"{row['name']:<11} R={row['runs']:<3} {row['parameter_tensors']:>3} parameter tensors: "
+        f"{row['ops']:>7,.0f} ATen ops/step ({row['top_ops']:,.0f} called directly; optimizer "
+        f"{row['optimizer_ops']:,.0f}, data {row['data_ops']:,.0f})"
+        + (f", {row['kernels']:,.0f} kernels" if "kernels" in row else "")))
+    result = count_ops(counts, case, device, progress=show_row)
+    if json_out:
+        emit(result)

@@ -23,6 +23,7 @@ from .common import (
     LogOpt,
     SetOpt,
     StoreOpt,
+    WorkersOpt,
     check_executor,
     emit,
     open_store,
@@ -125,7 +126,7 @@ def sweep(config: Annotated[Path, typer.Argument(help="sweep file (YAML): a run 
           set_: SetOpt = None, store: StoreOpt = None,
           group_size: GroupSizeOpt = None,
           executor: ExecutorOpt = "local", address: AddressOpt = None, device: DeviceOpt = None,
-          log: LogOpt = None, json_out: JsonOpt = False) -> None:
+          workers: WorkersOpt = None, log: LogOpt = None, json_out: JsonOpt = False) -> None:
     """Train every run of a grid (finished runs are skipped), grouping runs of equal shapes."""
     from ..api.training import run_results
     from ..config import expand_sweep, parse_resources
@@ -135,7 +136,7 @@ def sweep(config: Annotated[Path, typer.Argument(help="sweep file (YAML): a run 
     check_executor(executor, address)
     check_tracked(executor, bool(log))
     check_trackers(log or [])
-    raw = _load_config(config, with_device(set_, device, executor))
+    raw = _load_config(config, with_device(set_, device, executor, workers))
     runs = expand_sweep(raw)
     resources = parse_resources(raw)
     threads = setup_threads()

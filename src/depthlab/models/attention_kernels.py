@@ -18,56 +18,88 @@ def attention_pattern(scores: torch.Tensor, softmax: bool) -> torch.Tensor:
     return scores.softmax(-1) if softmax else torch.relu(scores)
 
 
+def stacked_heads(w: torch.Tensor) -> torch.Tensor:
+    """[R, heads, d', e] as [R, d', heads · e]: every head's map side by side, so that one product per run
+    applies them all (a view for one head, a copy of the small weight otherwise)."""
+    runs, heads, width, e = w.shape
+    return w.view(runs, width, e) if heads == 1 else w.transpose(1, 2).reshape(runs, width, heads * e)
+
+
+def full_layer(h: torch.Tensor, w_qk: torch.Tensor, w_v: torch.Tensor, softmax: bool) -> torch.Tensor:
+    """H + (1/m) Σ_i σ(H W_QK,i Hᵀ) H W_V,i for every position (seed 001 eq. 2), [R, B, n, d'], as four
+    batched products on views (the 1/m applied to the product's result): what a layer computes when no hook
+    asks for its intermediates. Rows (query, head) of every example are one matrix, so the scores, the pattern
+    and the mixed keys need no transposes or copies, and the residual is one product over (head, coordinate).
+    """
+    runs, batch, n, width = h.shape
+    heads = w_qk.shape[1]
+    rows = h.view(runs, batch * n, width)
+    keys = rows.view(runs * batch, n, width)
+    queries = torch.bmm(rows, stacked_heads(w_qk)).view(runs * batch, n * heads, width)  # x_q W_QK,i per (q, i)
+    pattern = attention_pattern(torch.bmm(queries, keys.transpose(1, 2)), softmax)  # [R·B, n·heads, n]
+    mixed = torch.bmm(pattern, keys).view(runs, batch * n, heads * width)  # Σ_k pattern[(q, i), k] x_k
+    w_v = w_v.view(runs, heads * width, width)
+    if torch.is_autocast_enabled(h.device.type):  # … except in bf16, where the residual stream stays fp32
+        return h + torch.bmm(mixed, w_v).mul_(1 / heads).view(h.shape)
+    return torch.baddbmm(rows, mixed, w_v, alpha=1 / heads).view(h.shape)
+
+
 class LastQueryAttention(torch.autograd.Function):
     """The last layer for its one query, with the residual: h_{n-1} + (1/m) Σ_i (Σ_k σ(s_i)_k x_k) W_V,i,
     where s_i,k = x_{n-1} W_QK,i x_kᵀ (seed 001 eq. 2, the classifier's column only).
 
-    ``h`` [R, B, n, d'], ``w_qk`` and ``w_v`` [R, heads, d', d'] (``w_v`` with the 1/m already in it),
-    ``softmax``: σ is the softmax over keys instead of the ReLU -> [R, B, d'].
+    ``h`` [R, B, n, d'], ``w_qk`` and ``w_v`` [R, heads, d', d'] (the 1/m is applied to the product with
+    ``w_v``), ``softmax``: σ is the softmax over keys instead of the ReLU -> [R, B, d'].
 
-    The backward writes H's gradient once (the last position's shares are added into it in place); the scores
-    and the pattern's gradient are batched matrix-vector products, which read H once.
+    Scores and pattern are laid out [R·B, key, head]. The backward writes H's gradient once (the last position's
+    shares are added into it in place); the scores and the pattern's gradient are batched matrix-vector
+    products, which read H once; products with a unit dimension (one head) are written as broadcasts, which a
+    CPU runs several times faster than batched matrix products of that shape.
     """
 
     @staticmethod
     @torch.amp.custom_fwd(device_type="cpu")
     def forward(ctx, h: torch.Tensor, w_qk: torch.Tensor, w_v: torch.Tensor, softmax: bool) -> torch.Tensor:
+        runs, batch, n, width = h.shape
+        heads = w_qk.shape[1]
+        keys = h.view(runs * batch, n, width)
         x = h[:, :, -1]
-        queries = torch.einsum("rbd,rhde->rbhe", x, w_qk)  # [R, B, heads, d']
-        scores = _per_key(h, queries)  # [R, B, heads, n]
-        pattern = attention_pattern(scores, softmax)
-        mixed = (pattern.unsqueeze(-1) * h.unsqueeze(2)).sum(-2)  # [R, B, heads, d']
-        ctx.save_for_backward(h, w_qk, w_v, queries, scores, pattern, mixed)
+        w_q = stacked_heads(w_qk)
+        queries = torch.bmm(x, w_q).view(runs * batch, heads, width)  # [R·B, heads, d']
+        scores = torch.bmm(keys, queries.transpose(1, 2))  # [R·B, n, heads]
+        pattern = scores.softmax(1) if softmax else torch.relu(scores)
+        mixed = (pattern.unsqueeze(-1) * keys.unsqueeze(2)).sum(1).view(runs, batch, heads * width)
+        w_o = w_v.view(runs, heads * width, width)
+        ctx.save_for_backward(keys, x, w_q, w_o, queries, scores, pattern, mixed)
         ctx.softmax = softmax
-        return x + torch.einsum("rbhd,rhde->rbe", mixed, w_v)
+        if torch.is_autocast_enabled("cpu"):  # the residual stays in the input's precision (fp32)
+            return x + torch.bmm(mixed, w_o).mul_(1 / heads)
+        return torch.baddbmm(x, mixed, w_o, alpha=1 / heads)
 
     @staticmethod
     @torch.amp.custom_bwd(device_type="cpu")
     def backward(ctx, grad: torch.Tensor):
-        h, w_qk, w_v, queries, scores, pattern, mixed = ctx.saved_tensors
-        grad_mixed = torch.einsum("rbe,rhde->rbhd", grad, w_v)
-        grad_w_v = torch.einsum("rbhd,rbe->rhde", mixed, grad)
-        grad_pattern = _per_key(h, grad_mixed)
+        keys, x, w_q, w_o, queries, scores, pattern, mixed = ctx.saved_tensors
+        runs, batch, width = x.shape
+        heads = queries.shape[1]
+        grad_out = grad if heads == 1 else grad * (1 / heads)  # the output's 1/m
+        grad_mixed = torch.bmm(grad_out, w_o.transpose(1, 2))  # [R, B, heads·d']
+        grad_w_v = torch.bmm(mixed.transpose(1, 2), grad_out).view(runs, heads, width, width)
+        grad_mixed = grad_mixed.view(runs * batch, heads, width)
+        grad_pattern = torch.bmm(keys, grad_mixed.transpose(1, 2))  # [R·B, n, heads]
         if ctx.softmax:
-            grad_scores = pattern * (grad_pattern - (pattern * grad_pattern).sum(-1, keepdim=True))
+            grad_scores = pattern * (grad_pattern - (pattern * grad_pattern).sum(1, keepdim=True))
         else:
-            grad_scores = grad_pattern * (scores > 0)
-        grad_queries = (grad_scores.unsqueeze(-1) * h.unsqueeze(2)).sum(-2)  # [R, B, heads, d']
-        x = h[:, :, -1]
-        grad_w_qk = torch.einsum("rbd,rbhe->rhde", x, grad_queries)
-        # H's gradient: every key's share of the pattern and the scores, one head after another, in one tensor
-        grad_h = None
-        for weights, vectors in ((pattern, grad_mixed), (grad_scores, queries)):
-            for head in range(pattern.shape[2]):
-                w, v = weights[:, :, head, :, None], vectors[:, :, head, None, :]
-                grad_h = (w * v).to(h.dtype) if grad_h is None else grad_h.addcmul_(w, v)
-        grad_h[:, :, -1] += grad + torch.einsum("rbhe,rhde->rbd", grad_queries, w_qk)
+            grad_scores = torch.ops.aten.threshold_backward(grad_pattern, scores, 0)  # ReLU's: zero where scores <= 0
+        grad_queries = (grad_scores.unsqueeze(-1) * keys.unsqueeze(2)).sum(1)  # [R·B, heads, d']
+        flat_queries = grad_queries.view(runs, batch, heads * width)
+        grad_w_qk = torch.bmm(x.transpose(1, 2), flat_queries).view(runs, width, heads, width).transpose(1, 2)
+        # H's gradient: every key's share of the pattern and the scores, all heads at once, in one tensor
+        if heads == 1:
+            grad_h = torch.mul(pattern, grad_mixed).addcmul_(grad_scores, queries)
+        else:
+            grad_h = torch.bmm(pattern, grad_mixed).baddbmm_(grad_scores, queries)
+        grad_h = (grad_h if grad_h.dtype == x.dtype else grad_h.to(x.dtype)).view(runs, batch, -1, width)
+        grad_h[:, :, -1].add_(grad).add_(torch.bmm(flat_queries, w_q.transpose(1, 2)))
         return grad_h, grad_w_qk, grad_w_v, None
 
-
-def _per_key(h: torch.Tensor, vectors: torch.Tensor) -> torch.Tensor:
-    """x_k · v_i for every key k and head i: [R, B, heads, n] from H [R, B, n, d'] and v [R, B, heads, d'],
-    as one batched product per example (faster than a broadcast product and a sum: H is read once)."""
-    runs, batch, n, width = h.shape
-    out = h.reshape(runs * batch, n, width) @ vectors.reshape(runs * batch, -1, width).transpose(1, 2)
-    return out.view(runs, batch, n, -1).transpose(2, 3)

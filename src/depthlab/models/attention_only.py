@@ -30,9 +30,10 @@ one-hots), and per layer ``blocks.{l}.hook_resid_pre``, ``attn.hook_q`` (x W_QK,
 TransformerLens model (``depthlab export``) has the same values at the same names, except ``hook_q``, which
 is √d' times larger there (TransformerLens divides scores by √d_head).
 
-The per-head values, z and the attention output are computed only when one of their hooks is attached: without
-them the layer adds Σ_i (pattern_i H) W_V,i to H in one product, and the last layer computes only the
-classifier's query with a hand-written backward (``models.attention_kernels``).
+The intermediates are computed only when a hook of the block is attached: without one a layer is four batched
+products on views (``models.attention_kernels.full_layer``); with hooks on the pattern only, it adds
+Σ_i (pattern_i H) W_V,i to H in one product; the per-head values, z and the attention output only when their
+hooks ask. The last layer computes only the classifier's query, with a hand-written backward.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from typing import ClassVar, Literal
 import torch
 from pydantic import Field, field_validator, model_validator
 
-from .attention_kernels import LastQueryAttention, attention_pattern
+from .attention_kernels import LastQueryAttention, attention_pattern, full_layer
 from .base import ModelSpec, RunModule, TaskShapes, register
 from .components import Unembed, fixed_table, through_head_hook
 from .factored import Circuits
@@ -152,7 +153,7 @@ class BilinearAttention(Circuits, torch.nn.Module):
 
     def last_query(self, h: torch.Tensor) -> torch.Tensor:
         """H^(l+1) at the last position only, [R, B, d'] (the classifier's column; hand-written backward)."""
-        return LastQueryAttention.apply(h, self.W_QK, self.value_weights(), self.softmax)
+        return LastQueryAttention.apply(h, self.W_QK, self.W_V, self.softmax)
 
 
 class AttentionOnlyBlock(torch.nn.Module):
@@ -170,10 +171,12 @@ class AttentionOnlyBlock(torch.nn.Module):
         return any(point.active for point in self.points)
 
     def forward(self, h: torch.Tensor, last_query: bool = False) -> torch.Tensor:
-        """H^(l+1) [R, B, n, d'], or [R, B, 1, d'] at the last position with ``last_query`` (no hook attached)."""
+        """H^(l+1) [R, B, n, d'], or [R, B, d'] at the last position with ``last_query`` (no hook attached)."""
         h = self.hook_resid_pre(h)
         if last_query:
-            return self.attn.last_query(h).unsqueeze(2)
+            return self.attn.last_query(h)
+        if not self.hooked:  # nothing asks for the intermediates: the layer in four products
+            return full_layer(h, self.attn.W_QK, self.attn.W_V, self.attn.softmax)
         pattern = self.attn.pattern(h)
         if self.attn.per_head_hooked or self.hook_attn_out.active:
             out = self.hook_attn_out(self.attn.output(h, pattern))
@@ -211,6 +214,8 @@ class AttentionOnly(RunModule):
         table = None if self.d * self.n * width > 2**22 else fixed_table(
             [self.d * self.n, width], lambda: (one_hot[:, None] + positions).reshape(-1, width))
         self.register_buffer("token_positions", table, persistent=False)
+        self.register_buffer("token_offsets", fixed_table([self.n], lambda: torch.arange(self.n), torch.long),
+                             persistent=False)
         if first:
             first.apply(self)
         self.setup_hooks()
@@ -245,8 +250,8 @@ class AttentionOnly(RunModule):
         elif self.hook_embed.active or self.hook_pos_embed.active or self.token_positions is None:
             tokens = torch.nn.functional.embedding(inputs, self.one_hot)
         else:
-            return torch.nn.functional.embedding(inputs * self.n + torch.arange(self.n, device=inputs.device),
-                                              self.token_positions)
+            rows = torch.add(self.token_offsets, inputs, alpha=self.n)  # (token, position) -> token · n + position
+            return self.token_positions[rows]  # an index, not F.embedding: the same rows in 4 operations, not 10
         return self.hook_embed(tokens) + self.hook_pos_embed(self.positions.expand_as(tokens))
 
     def logits(self, inputs: torch.Tensor, read: torch.Tensor | None = None) -> torch.Tensor:
@@ -259,6 +264,8 @@ class AttentionOnly(RunModule):
             # and tested on the CPU (and its autocast handling is the CPU's): other devices take the generic path.
             last_query = layer == last and read is None and not block.hooked and h.device.type == "cpu"
             h = block(h, last_query=last_query)
+        if last_query:  # h is already the last position's [R, B, d']
+            return self.unembed(h)
         return self.unembed(h[:, :, -1] if read is None else h[:, :, read])
 
 

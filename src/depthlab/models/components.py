@@ -26,8 +26,8 @@ from .hooks import HookPoint
 def per_run(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """x [R, …, d] @ w [R, d, e] as one matrix product per run (not one per batch element)."""
     if x.dim() == 3:  # already [R, rows, d]: no reshapes (each is a node autograd walks back through)
-        return x @ w
-    return (x.reshape(x.shape[0], -1, x.shape[-1]) @ w).view(*x.shape[:-1], w.shape[-1])
+        return torch.bmm(x, w)  # not ``@``: matmul's broadcasting logic adds ten operations around the bmm
+    return torch.bmm(x.reshape(x.shape[0], -1, x.shape[-1]), w).view(*x.shape[:-1], w.shape[-1])
 
 
 def bias(b: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -131,7 +131,7 @@ class LayerNorm(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.rms:
             return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * bias(self.w, x)
-        return F.layer_norm(x, x.shape[-1:]) * bias(self.w, x) + bias(self.b, x)
+        return torch.addcmul(bias(self.b, x), F.layer_norm(x, x.shape[-1:]), bias(self.w, x))
 
 
 class MLP(torch.nn.Module):
@@ -146,6 +146,10 @@ class MLP(torch.nn.Module):
         self.hook_pre, self.hook_post = HookPoint(), HookPoint()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not (self.hook_pre.fns or self.hook_post.fns):  # no hook: two products with their biases, on rows
+            rows = x.reshape(x.shape[0], -1, x.shape[-1])
+            pre = torch.baddbmm(self.b_in.unsqueeze(1), rows, self.W_in)
+            return torch.baddbmm(self.b_out.unsqueeze(1), F.gelu(pre), self.W_out).view(x.shape)
         pre = self.hook_pre(per_run(x, self.W_in) + bias(self.b_in, x))
         return per_run(self.hook_post(F.gelu(pre)), self.W_out) + bias(self.b_out, x)
 
@@ -160,6 +164,8 @@ class Unembed(torch.nn.Module):
             self.b_U = b_u
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if hasattr(self, "b_U") and x.dim() == 3:  # [R, B, d]: the product and the bias in one operation
+            return torch.baddbmm(self.b_U.unsqueeze(1), x, self.W_U)
         logits = per_run(x, self.W_U)
         return logits + bias(self.b_U, logits) if hasattr(self, "b_U") else logits
 
@@ -198,6 +204,35 @@ class HeadProjections(Circuits, torch.nn.Module):
         """q, k, v [R, B, heads, n, d_head], each through its hook."""
         return tuple(through_head_hook(hook, self.project(x, name))  # type: ignore[return-value]
                      for name, hook in (("Q", self.hook_q), ("K", self.hook_k), ("V", self.hook_v)))
+
+    @property
+    def hooked(self) -> bool:
+        """Whether a hook asks for q, k, v or z (or a subclass's own points): then the generic path runs."""
+        if "_points" not in self.__dict__:  # the points are fixed once built: listed at the first call
+            self.__dict__["_points"] = [m for m in self.modules() if isinstance(m, HookPoint)]
+        return any(point.fns for point in self.__dict__["_points"])
+
+    def fused_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q, k, v as [R·B, heads, n, d_head] views of one product: x [R, B, n, d] times W_Q, W_K, W_V side by
+        side (and their biases), what attention kernels take; no hook sees them."""
+        runs, batch, n, d = x.shape
+        heads, d_head = self.W_Q.shape[1], self.W_Q.shape[-1]
+        w = torch.cat((self.W_Q, self.W_K, self.W_V), dim=-1).transpose(1, 2).reshape(runs, d, heads * 3 * d_head)
+        rows = x.reshape(runs, batch * n, d)
+        if self.with_bias:
+            b = torch.cat((self.b_Q, self.b_K, self.b_V), dim=-1).view(runs, 1, heads * 3 * d_head)
+            qkv = torch.baddbmm(b, rows, w)
+        else:
+            qkv = torch.bmm(rows, w)
+        return qkv.view(runs * batch, n, heads, 3 * d_head).transpose(1, 2).split(d_head, dim=-1)
+
+    def fused_output(self, z: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+        """z [R·B, heads, n, d_head] -> Σ_h z_h W_O,h (+ b_O) shaped like ``like`` [R, B, n, d], in one product."""
+        runs, heads, d_head = self.W_O.shape[0], self.W_O.shape[1], self.W_O.shape[2]
+        rows = z.transpose(1, 2).reshape(runs, -1, heads * d_head)
+        w = self.W_O.reshape(runs, heads * d_head, -1)
+        out = torch.baddbmm(self.b_O.unsqueeze(1), rows, w) if self.with_bias else torch.bmm(rows, w)
+        return out.view(like.shape)
 
     def output(self, z: torch.Tensor) -> torch.Tensor:
         """z [R, B, heads, n, d_head] (through ``hook_z``) -> Σ_h z_h W_O,h (+ b_O): [R, B, n, d_model]."""

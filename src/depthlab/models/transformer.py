@@ -25,6 +25,7 @@ import math
 from typing import ClassVar, Literal
 
 import torch
+import torch.nn.functional as F
 from pydantic import Field, model_validator
 
 from .base import ModelSpec, RunModule, TaskShapes, init_std_for, register
@@ -121,6 +122,13 @@ class Attention(HeadProjections):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [R, B, n, d] (normalised) -> the layer's output [R, B, n, d]."""
+        if not self.hooked:  # no hook asks for q, k, v, scores, pattern or z: a product, the SDPA kernel, a product
+            q, k, v = self.fused_qkv(x)
+            if self.rotary:
+                n = x.shape[2]
+                q, k = (rotate(t, self.rot_cos[:n], self.rot_sin[:n]) for t in (q, k))
+            z = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+            return self.fused_output(z, x)
         q, k, v = self.qkv(x)
         n = x.shape[2]
         if self.rotary:

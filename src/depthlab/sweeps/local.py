@@ -1,4 +1,5 @@
-"""Turn a list of runs into groups of equal shapes and train them: in this process, or spread over the GPUs."""
+"""Turn a list of runs into groups of equal shapes and train them: in this process, or in worker processes spread
+over the GPUs, several on each when ``train.workers_per_device`` asks."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from ..config import RunConfig
 from ..errors import UserError
 from ..store import Store
 from ..training.checkpoint import SIDECAR, WEIGHTS, load_checkpoint
-from ..training.device import free_memory, gpus_for, resolve_device
+from ..training.device import free_memory, gpus_for, graph_plan, resolve_device
 from ..training.engine import TERMINAL, group_key, train_group
+from ..training.footprint import footprint
 from ..training.tracking import Tracker
 from .devices import train_on_devices
 
@@ -23,6 +25,9 @@ MEMORY_FRACTION = 0.25  # of physical memory, for the activations and state of o
 # more runs only adds memory traffic.
 GROUP_TENSOR_BYTES = 4 << 20
 GPU_MOST_RUNS = 256  # runs per group on a GPU (the benchmark's largest group)
+AUTO_MOST_WORKERS = 8  # workers per GPU with workers_per_device: auto (8 small groups gave 6.6x one on an H100)
+WORKER_BYTES = 1 << 30  # what a worker process takes on a GPU besides its group (CUDA context, allocator slack)
+GPU_MEMORY_FRACTION = 0.8  # of a GPU's free memory, for all its workers together
 
 
 def _physical_memory() -> int:
@@ -97,27 +102,48 @@ def check_checkpoints(configs: list[RunConfig], store: Store) -> int:
     return checked
 
 
+def workers_per_device(groups: list[list[RunConfig]], device: str) -> int:
+    """How many of these groups train at once on ``device``: the groups' ``train.workers_per_device``, where
+    ``auto`` is 1 on the CPU and, on a GPU, as many workers as GPU_MEMORY_FRACTION of its free memory holds with
+    the largest group's footprint (``training.footprint``) and WORKER_BYTES each, at most AUTO_MOST_WORKERS."""
+    asked = groups[0][0].train.workers_per_device
+    if asked != "auto":
+        return min(int(asked), len(groups))
+    free = free_memory(resolve_device(device))
+    if free is None:
+        return 1
+    need = max(footprint(group[0]).total(len(group)) for group in groups) + WORKER_BYTES
+    return max(1, min(AUTO_MOST_WORKERS, len(groups), int(free * GPU_MEMORY_FRACTION // need)))
+
+
 def run_local(configs: list[RunConfig], store: Store, group_size: int | None = None,
               progress: Callable[[int], None] | None = None,
               tracker: Tracker | None = None) -> dict[str, dict[str, Any]]:
     """Train every run not yet done, group by group (mirrored to ``tracker``); returns final metrics by run id.
 
     Groups whose ``train.device`` stands for several GPUs (``cuda``, or ``auto`` on a machine with more than one)
-    are spread over them, one worker process per GPU (``sweeps.devices``); the others train in this process."""
+    are spread over them, one worker process per GPU (``sweeps.devices``), and ``train.workers_per_device`` puts
+    that many workers on each device (several groups at once on one GPU); the others train in this process."""
     check_checkpoints(configs, store)
     results: dict[str, dict[str, Any]] = {}
-    # every group's device first: one this machine lacks is refused before any run trains
-    placed = [(group, tuple(gpus_for(group[0].train.device))) for group in plan_groups(configs, group_size)]
-    spread: dict[tuple[str, ...], list[list[RunConfig]]] = {}
-    for group, devices in placed:
-        if len(devices) > 1:
-            spread.setdefault(devices, []).append(group)
-    if spread and tracker is not None:
-        raise UserError("--log: trackers mirror runs trained in this process; with several GPUs, pick one "
-                        "(--device cuda:0)")
-    for group, devices in placed:
-        if len(devices) == 1:
-            results.update(train_group(group, store, progress=progress, tracker=tracker))
-    for devices, groups in spread.items():
-        results.update(train_on_devices(groups, store, list(devices), progress))
+    # every group's device first: one this machine lacks (or cuda_graph: on without CUDA) is refused before any
+    # run trains
+    placed: dict[tuple[tuple[str, ...], str], list[list[RunConfig]]] = {}
+    for group in plan_groups(configs, group_size):
+        train = group[0].train
+        key = (tuple(gpus_for(train.device)), str(train.workers_per_device))
+        graph_plan(train.cuda_graph, resolve_device(key[0][0]), train.compile)  # `on` without CUDA: refused now
+        placed.setdefault(key, []).append(group)
+    slots = {key: [d for d in key[0] for _ in range(workers_per_device(groups, key[0][0]))]
+             for key, groups in placed.items()}
+    if tracker is not None and any(len(s) > 1 for s in slots.values()):
+        raise UserError("--log: trackers mirror runs trained in this process; with several GPUs or workers per "
+                        "device, pick one GPU (--device cuda:0) and one worker")
+    for key, groups in placed.items():
+        if len(slots[key]) == 1:
+            for group in groups:
+                results.update(train_group(group, store, progress=progress, tracker=tracker))
+    for key, groups in placed.items():
+        if len(slots[key]) > 1:
+            results.update(train_on_devices(groups, store, slots[key], progress))
     return results

@@ -3,7 +3,8 @@
 Training data comes from the run's own seeded generator, a chunk of steps at a time, the next chunk sampled on a
 background thread while the model trains (one thread per process, re-created after a fork; chunks over
 ``PREFETCH_BYTES`` are sampled in line). Chunks come in the same order from the same generator either way, so a
-run's batches do not depend on prefetching, and a checkpoint's stream state resumes them exactly.
+run's batches do not depend on prefetching, and a checkpoint's stream state resumes them exactly. A group moves
+each chunk to its device once (``GroupBatches``), and a step indexes into the chunks there.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
+import torch
 
 from ..tasks import Batch, Task
+from .device import copy_to, to_device
 
 EXHAUSTIVE_EVAL_LIMIT = 400_000  # evaluate on the whole dataset when it has at most this many examples
 SAMPLED_EVAL_EXAMPLES = 20_000  # otherwise on this many held-out examples, the same for every run
@@ -22,6 +25,7 @@ EVAL_SEED = 20240229  # the fixed evaluation sample does not depend on any run's
 CHUNK_EXAMPLES = 8192  # examples generated per call to task.sample (one call covers many steps)
 PREFETCH_BYTES = 64 * 2**20  # sample the next chunk ahead only when a chunk is at most this big: prefetching
 # holds two chunks per run, and Eq-ncp's multi-label targets make a chunk hundreds of MB
+DEVICE_CHUNK_BYTES = 256 * 2**20  # a group's current chunks are kept on its device while they take at most this
 
 
 _PREFETCH: tuple[int, ThreadPoolExecutor] | None = None
@@ -68,12 +72,19 @@ class DataStream:
         small = self.buffer.inputs.nbytes + self.buffer.targets.nbytes <= PREFETCH_BYTES
         self.pending = _prefetcher().submit(self._sample_chunk) if needed and small else None
 
-    def next(self) -> Batch:
+    def advance(self) -> tuple[Batch | None, int]:
+        """Move on by one batch: (the chunk it is in if that chunk is new, else None; its index in the chunk)."""
+        fresh = None
         if self.pos >= self.steps_per_chunk:
             self._refill()
-        start = self.pos * self.batch_size
+            fresh = self.buffer
         self.pos += 1
         self.drawn += 1
+        return fresh, self.pos - 1
+
+    def next(self) -> Batch:
+        _, index = self.advance()
+        start = index * self.batch_size
         return self.buffer.take(slice(start, start + self.batch_size))
 
     def state(self) -> dict[str, Any]:
@@ -101,3 +112,75 @@ def eval_set(task: Task) -> tuple[Batch, bool]:
         if full is not None:
             return full, True
     return task.sample(SAMPLED_EVAL_EXAMPLES, np.random.default_rng(EVAL_SEED), "eval"), False
+
+
+class GroupBatches:
+    """A group's batches, each run's chunk of steps moved to the device once per chunk, not once per step.
+
+    Column r of ``inputs`` and ``targets`` ([steps per chunk, runs, batch, …], on the group's device) holds run r's
+    current chunk, copied there when the run's stream starts it (without blocking, from pinned memory on a GPU).
+    A step's batches are then one index into them: a contiguous view when every run is at the same place in its
+    chunk (the usual case: runs of a group start and step together), a gather when they are not (runs resumed
+    from checkpoints taken at different steps). The streams are read as ``DataStream.next`` reads them, so the batches
+    are the same, bit for bit. A group whose chunks would take more than ``DEVICE_CHUNK_BYTES`` sends each step's
+    batches instead (stacked on the host), as before.
+    """
+
+    def __init__(self, streams: list[DataStream], device: torch.device) -> None:
+        self.streams, self.device = streams, device
+        self.positions = [0] * len(streams)
+        self.inputs: torch.Tensor | None = None
+        self.targets: torch.Tensor | None = None
+        self.chunked: bool | None = None  # decided at the first chunk, from its size
+        self.rows = torch.arange(len(streams), device=device)
+
+    def _decide(self, chunk: Batch) -> None:
+        if self.chunked is None:
+            size = chunk.inputs.nbytes + chunk.targets.nbytes
+            self.chunked = len(self.streams) * size <= DEVICE_CHUNK_BYTES
+
+    def _load(self, r: int, chunk: Batch) -> None:
+        """Copy run r's chunk into its column (the buffers are made at the first chunk)."""
+        self._decide(chunk)
+        if not self.chunked:
+            return
+        steps, batch = self.streams[r].steps_per_chunk, self.streams[r].batch_size
+        if self.inputs is None or self.targets is None:
+            self.inputs, self.targets = (
+                torch.empty(steps, len(self.streams), batch, *a.shape[1:], dtype=torch.from_numpy(a[:0]).dtype,
+                            device=self.device) for a in (chunk.inputs, chunk.targets))
+        copy_to(self.inputs[:, r], chunk.inputs)
+        copy_to(self.targets[:, r], chunk.targets)
+
+    def reload(self, r: int) -> None:
+        """Run r's stream was restored (from a checkpoint): its column takes the stream's current chunk."""
+        stream = self.streams[r]
+        if stream.buffer is not None:
+            self._load(r, stream.buffer)
+
+    def next(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every run's next batch: inputs [runs, batch, …] and targets [runs, batch, …] on the device."""
+        for r, stream in enumerate(self.streams):
+            fresh, self.positions[r] = stream.advance()
+            if fresh is not None:
+                self._load(r, fresh)
+        if not self.chunked or self.inputs is None or self.targets is None:
+            batch = self.streams[0].batch_size
+            taken = [s.buffer.take(slice(p * batch, (p + 1) * batch))
+                     for s, p in zip(self.streams, self.positions, strict=True)]
+            return (to_device(np.stack([b.inputs for b in taken]), self.device),
+                    to_device(np.stack([b.targets for b in taken]), self.device))
+        first = self.positions[0]
+        if all(p == first for p in self.positions):
+            return self.inputs[first], self.targets[first]
+        index = to_device(np.asarray(self.positions), self.device)
+        return self.inputs[index, self.rows], self.targets[index, self.rows]
+
+    def select_runs(self, keep: list[int]) -> None:
+        """Keep the runs at ``keep`` (the others left the group; their streams are closed by the group)."""
+        self.streams = [self.streams[r] for r in keep]
+        self.positions = [self.positions[r] for r in keep]
+        self.rows = torch.arange(len(keep), device=self.device)
+        if self.inputs is not None and self.targets is not None:
+            index = torch.tensor(keep, dtype=torch.long, device=self.device)
+            self.inputs, self.targets = self.inputs[:, index], self.targets[:, index]

@@ -10,11 +10,18 @@ points only: no host synchronisation per step).
 Precision: ``fp32`` on CUDA lets matrix products use TF32 (``torch.set_float32_matmul_precision("high")``, what
 PyTorch recommends for training on Ampere and later); the results record it as ``tf32``. ``bf16`` is autocast to
 bfloat16 on either device. No other module of depthlab's training path names CUDA (``tests/test_architecture.py``).
+
+CUDA graphs (``train.cuda_graph``, :class:`GraphedStep`): on CUDA a group's whole training step (forward, loss,
+backward, the optimizer, the train metrics' sums) is captured once after a few warm-up steps and replayed at
+every later step, one launch instead of hundreds; the batch is copied into the graph's input buffers first,
+evaluation and logging run outside it, and a group whose runs change captures again.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
+from typing import Any
 
 import numpy as np
 import torch
@@ -34,20 +41,19 @@ def check_device_name(name: str, field: str = "train.device") -> None:
 def resolve_device(name: str, field: str = "train.device") -> torch.device:
     """The torch device ``name`` stands for; a UserError naming ``field`` for a device this machine lacks."""
     check_device_name(name, field)
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cpu":
+    if name == "cpu" or (name == "auto" and not torch.cuda.is_available()):
         return torch.device("cpu")
     if not torch.cuda.is_available():
         build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
         raise UserError(f"{field}: {name} asked for, but PyTorch sees no CUDA GPU here (torch {torch.__version__}, "
                         f"{build}); use --device cpu (or auto), or install a CUDA build of torch (README, GPUs)")
-    device = torch.device(name)
+    device = torch.device("cuda" if name == "auto" else name)
     count = torch.cuda.device_count()
     if device.index is not None and device.index >= count:
         raise UserError(f"{field}: {name} asked for, but only {count} GPU{'s' if count != 1 else ''} "
                         f"{'are' if count != 1 else 'is'} visible (cuda:0 to cuda:{count - 1})")
-    return device
+    # the GPU itself, not "whichever is current": what a run's final metrics record as its device
+    return device if device.index is not None else torch.device("cuda", torch.cuda.current_device())
 
 
 def asks_for_gpu(name: str) -> bool:
@@ -59,7 +65,7 @@ def gpus_for(name: str) -> list[str]:
     """The devices the local executor spreads groups over: every visible GPU for ``cuda`` (or ``auto`` with
     GPUs); the one named device otherwise."""
     device = resolve_device(name)
-    if device.type == "cuda" and device.index is None:
+    if device.type == "cuda" and name in ("cuda", "auto"):
         return [f"cuda:{i}" for i in range(torch.cuda.device_count())]
     return [str(device)]
 
@@ -73,8 +79,12 @@ def prepare(device: torch.device, precision: str) -> str:
 
 
 def autocast(device: torch.device, precision: str) -> AbstractContextManager:
-    """bfloat16 autocast on ``device`` for ``bf16``; nothing for fp32."""
-    return torch.autocast(device.type, dtype=torch.bfloat16) if precision == "bf16" else nullcontext()
+    """bfloat16 autocast on ``device`` for ``bf16``; nothing for fp32. On CUDA without autocast's cache of cast
+    weights, which a CUDA graph cannot hold (PyTorch's graph notes): the casts are recomputed, the values are the
+    same."""
+    if precision != "bf16":
+        return nullcontext()
+    return torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=device.type != "cuda")
 
 
 def to_device(array: np.ndarray | torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -83,6 +93,29 @@ def to_device(array: np.ndarray | torch.Tensor, device: torch.device) -> torch.T
     if device.type == "cpu":
         return tensor
     return tensor.pin_memory().to(device, non_blocking=True)
+
+
+def copy_to(destination: torch.Tensor, array: np.ndarray) -> None:
+    """Copy a host array into ``destination`` (of its shape's size): directly on the CPU, from pinned memory
+    without blocking on CUDA (the copy is ordered after the work already queued that reads ``destination``)."""
+    source = torch.from_numpy(array).view(destination.shape)
+    if destination.device.type == "cpu":
+        destination.copy_(source)
+    else:
+        destination.copy_(source.pin_memory(), non_blocking=True)
+
+
+def profiler_activities(device: torch.device) -> list[torch.profiler.ProfilerActivity]:
+    """What ``torch.profiler`` records for a step on ``device``: host operations, and the GPU's kernels."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    return activities
+
+
+def is_device_event(event: Any) -> bool:
+    """Whether a profiler event is work on a GPU (a kernel, a copy or a memset), not a host operation."""
+    return event.device_type == torch.autograd.DeviceType.CUDA
 
 
 def synchronize(device: torch.device) -> None:
@@ -97,3 +130,83 @@ def free_memory(device: torch.device) -> int | None:
         return None
     free, _ = torch.cuda.mem_get_info(device)
     return int(free)
+
+
+GRAPH_WARMUP_STEPS = 3  # eager steps on the capture stream before each capture (PyTorch's whole-network recipe)
+
+
+def graph_plan(mode: str, device: torch.device, compiled: bool) -> str | None:
+    """None when a group's step is to be captured as a CUDA graph (``train.cuda_graph`` auto or on, on CUDA);
+    otherwise how it runs instead, in one line. ``on`` where there is no CUDA is a UserError: it promises a GPU."""
+    if mode == "off":
+        return "eager (train.cuda_graph: off)"
+    if device.type != "cuda":
+        if mode == "on":
+            raise UserError(f"train.cuda_graph: on needs a CUDA GPU, and this group trains on {device}; "
+                            "use auto (graphs where there is CUDA) or off")
+        return f"eager ({device.type})"
+    if compiled:
+        return "eager (train.compile: torch.compile makes its own graphs)"
+    return None
+
+
+class GraphedStep:
+    """A training step replayed as one CUDA graph: PyTorch's whole-network capture (``torch.cuda.graph``).
+
+    ``step(*inputs)`` must be capturable: the same kernels on the same memory every call (forward, loss,
+    backward, optimizer, metric sums into tensors that live across steps), no host synchronisation. The first
+    ``warmup`` calls run it eagerly on a side stream (lazy initialisations — cuBLAS handles, autograd's streams —
+    happen outside the capture); the next call copies its inputs into static buffers, captures ``step`` on
+    them on that same stream (recorded, not run) and replays the graph; every later call copies its inputs into
+    the buffers and replays. :meth:`reset` (the tensors the step touches were replaced: runs left the group)
+    starts over with warm-up and a new capture. A capture that fails (an operation a graph cannot hold) runs that
+    call's step eagerly and leaves ``failure`` set, one line: the caller then trains eagerly.
+    """
+
+    def __init__(self, step: Callable[..., None], device: torch.device, warmup: int = GRAPH_WARMUP_STEPS) -> None:
+        self.step, self.device, self.warmup = step, device, warmup
+        self.stream = torch.cuda.Stream(device)
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.static: tuple[torch.Tensor, ...] = ()
+        self.eager_calls = 0
+        self.captures = 0
+        self.failure: str | None = None
+
+    def reset(self) -> None:
+        self.graph, self.static, self.eager_calls = None, (), 0
+
+    def mode(self) -> str:
+        """How the steps ran, one line (the final metrics' ``step_mode``)."""
+        if self.failure is not None:
+            return f"eager (CUDA graph capture failed: {self.failure})"
+        if self.captures:
+            return f"cuda graph (captured {self.captures} time{'s' if self.captures > 1 else ''})"
+        return f"eager (ended within the {self.warmup} warm-up steps before a CUDA graph capture)"
+
+    def __call__(self, *inputs: torch.Tensor) -> None:
+        if self.graph is not None:
+            for static, value in zip(self.static, inputs, strict=True):
+                static.copy_(value)
+            self.graph.replay()
+            return
+        current = torch.cuda.current_stream(self.device)
+        if self.eager_calls < self.warmup:
+            self.stream.wait_stream(current)
+            with torch.cuda.stream(self.stream):
+                self.step(*inputs)
+            current.wait_stream(self.stream)
+            self.eager_calls += 1
+            return
+        self.static = tuple(t.clone() for t in inputs)
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph, stream=self.stream):
+                self.step(*self.static)
+        except RuntimeError as e:  # nothing ran during the capture: this call's step runs eagerly instead
+            self.failure = " ".join(str(e).split())[:200] or type(e).__name__
+            self.static = ()
+            self.step(*inputs)
+            return
+        self.graph = graph
+        self.captures += 1
+        graph.replay()

@@ -27,8 +27,8 @@ from ..config import RunConfig
 from ..models import TaskShapes, build_model
 from ..store import Store, atomic_write_bytes
 from .checkpoint import STOP_SIGNALS, WEIGHTS, CheckpointError, load_checkpoint, save_checkpoint
-from .data import EVAL_SEED, DataStream, eval_set
-from .device import autocast, prepare, resolve_device, to_device
+from .data import EVAL_SEED, DataStream, GroupBatches, eval_set
+from .device import GraphedStep, autocast, graph_plan, prepare, resolve_device
 from .evaluate import evaluate, read_tensor
 from .footprint import check_group
 from .objectives import per_run_correct, per_run_loss
@@ -95,7 +95,13 @@ class Group:
         self.autocast = autocast(self.device, t.precision)
         # each run's train loss and hits since its last log point, summed on the device: read at log points only
         self.sums = torch.zeros(len(self.runs), 2, dtype=torch.float64, device=self.device)
+        self.loss_sums, self.hit_sums = self.sums.unbind(1)
+        self.ones = torch.ones(len(self.runs), device=self.device)
+        self.batches = GroupBatches([run.stream for run in self.runs], self.device)
         self.losses = torch.compile(self.batch_losses, backend=COMPILE_BACKEND) if t.compile else self.batch_losses
+        # how the step runs: None = to be replayed as a CUDA graph (device.GraphedStep), else why not (one line)
+        self.eager_because = graph_plan(t.cuda_graph, self.device, t.compile)
+        self.graphed = GraphedStep(self.train_step, self.device) if self.eager_because is None else None
         self.started = time.perf_counter()
         self.data_seconds = 0.0  # time the steps waited for their batches (the benchmark's data share)
         self.results: dict[str, dict[str, Any]] = {}
@@ -107,22 +113,42 @@ class Group:
             outputs = self.model(x, read=self.read).outputs
         return per_run_loss(outputs, y, self.task.loss), outputs
 
-    def step(self) -> None:
+    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every run's next batch on the device (inputs, targets [runs, batch, …]); the time it took is counted."""
         start = time.perf_counter()
-        batches = [run.stream.next() for run in self.runs]
-        x = to_device(np.stack([b.inputs for b in batches]), self.device)
-        y = to_device(np.stack([b.targets for b in batches]), self.device)
+        x, y = self.batches.next()
         self.data_seconds += time.perf_counter() - start
+        return x, y
+
+    def train_step(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        """Forward, loss, backward, the optimizer's update and the train metrics' sums, for every run."""
         losses, outputs = self.losses(x, y)
         self.opt.zero_grad()
-        losses.sum().backward()
+        losses.backward(self.ones)  # the gradient of their sum, without the sum
         self.opt.step()
-        hits = per_run_correct(outputs.detach(), y, self.task.loss, self.task.accuracy_over)
-        self.sums[:, 0] += losses.detach().double() * y.shape[1]
-        self.sums[:, 1] += hits.double() if hits is not None else float("nan")
+        self.tally(losses.detach(), outputs.detach(), y)
+
+    def tally(self, losses: torch.Tensor, outputs: torch.Tensor, y: torch.Tensor) -> None:
+        """Add each run's summed loss (mean × batch) and hits to its sums (float64, on the device)."""
+        self.loss_sums.add_(losses, alpha=self.train.batch_size)  # in float64: exact
+        hits = per_run_correct(outputs, y, self.task.loss, self.task.accuracy_over)
+        self.hit_sums.add_(math.nan if hits is None else hits)
+
+    def step(self) -> None:
+        x, y = self.next_batch()
+        if self.graphed is None:
+            self.train_step(x, y)
+        else:
+            self.graphed(x, y)
+            if self.graphed.failure is not None:  # the step cannot be a graph: eager from now on, and say why
+                self.eager_because, self.graphed = self.graphed.mode(), None
         for run in self.runs:
             run.step += 1
-            run.seen += y.shape[1]
+            run.seen += self.train.batch_size
+
+    def step_mode(self) -> str:
+        """How the steps ran, one line (what the final metrics record as ``step_mode``)."""
+        return self.graphed.mode() if self.graphed is not None else self.eager_because or "eager"
 
     # --- metrics, early stop, divergence, checkpoints -----------------------------------------------
     def after_step(self) -> None:
@@ -187,7 +213,7 @@ class Group:
                 "eval_examples": len(self.evaluation), "exhaustive": self.exhaustive,
                 "eval_protocol": self.task.eval_protocol, "seconds": round(time.perf_counter() - self.started, 3),
                 "group_size": self.group_size, "threads": torch.get_num_threads(), "precision": self.precision,
-                "device": str(self.device),
+                "device": str(self.device), "step_mode": self.step_mode(),
             }
             if partial:
                 final["partial_losses"] = {name: float(value[r]) for name, value in partial.items()}
@@ -206,8 +232,12 @@ class Group:
         index = torch.tensor(keep, dtype=torch.long, device=self.device)
         self.model.select_runs(index)
         self.opt.select_runs(index, list(self.model.parameters()))
-        self.sums = self.sums[index]
+        self.sums, self.ones = self.sums[index], self.ones[index]
+        self.loss_sums, self.hit_sums = self.sums.unbind(1)
+        self.batches.select_runs(keep)
         self.runs = [self.runs[r] for r in keep]
+        if self.graphed is not None:  # the graph read and wrote the tensors just replaced: capture again
+            self.graphed.reset()
 
     def save(self, r: int, final: bool = False) -> None:
         """Checkpoint run r: weights, optimizer state, data stream, and the train metrics since the last log."""
@@ -254,6 +284,7 @@ class Group:
             self.model.load_run_state_dict(r, {k: v for k, v in tensors.items() if not k.startswith("optimizer.")})
             self.opt.load_run_state_dict(r, self.names, tensors)
             run.stream.restore(stream, step)
+            self.batches.reload(r)
             if sums is not None:  # format 2: the train metrics accumulated since the last log point
                 self.sums[r, 0], self.sums[r, 1] = float.fromhex(sums["loss"]), float.fromhex(sums["correct"])
                 run.seen = int(sums["seen"])

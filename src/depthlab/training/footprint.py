@@ -6,9 +6,9 @@ For the R runs of a group, in bytes (what each run adds, and what the runs share
   run, P counted exactly (``models.model_size``), and the buffers the runs share;
 - activations: a training step keeps for the backward pass at least one float per unit of width, position and
   layer of each example, and the logits it reads (a lower bound: the families keep 1.5 to 100 times that);
-- training data: each run holds its current chunk and the one sampled ahead (``data.DataStream``), and two
-  chunks may be sampled at once (one when chunks are too big to sample ahead), each at its peak (measured:
-  ``tasks.sizes``);
+- training data: each run holds its current chunk, the one sampled ahead (``data.DataStream``) and the group's
+  copy of its current chunk on the device (``data.GroupBatches``), and two chunks may be sampled at once (one
+  when chunks are too big to sample ahead), each at its peak (measured: ``tasks.sizes``);
 - evaluation set: the examples every run is scored on (``data.eval_set``), at the peak of generating them.
 """
 
@@ -70,7 +70,7 @@ def footprint(config: RunConfig) -> Footprint:
     evaluation = sample_cost(task, "eval") or cost
     return Footprint(
         per_run={"parameters and optimizer": size.parameters * FLOAT * (2 + states),
-                 "activations": activations * FLOAT, "training data": held * chunk * cost.kept},
+                 "activations": activations * FLOAT, "training data": (held + 1) * chunk * cost.kept},
         shared={"model buffers": size.buffers * FLOAT, "sampling": held * cost.bytes(chunk),
                 "evaluation set": evaluation.bytes(_eval_examples(config))})
 

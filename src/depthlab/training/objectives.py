@@ -19,9 +19,9 @@ import torch.nn.functional as F
 def per_run_loss(outputs: torch.Tensor, targets: torch.Tensor, kind: str) -> torch.Tensor:
     """Mean loss of each run over its examples (and read positions): [R]."""
     runs = outputs.shape[0]
-    outputs = outputs.float()
+    outputs = outputs if outputs.dtype == torch.float32 else outputs.float()  # no operation when already fp32
     if kind == "cross_entropy":
-        flat = F.cross_entropy(outputs.reshape(-1, outputs.shape[-1]), targets.reshape(-1), reduction="none")
+        flat = F.cross_entropy(_view(outputs, -1, outputs.shape[-1]), _view(targets, -1), reduction="none")
     elif kind == "mse":
         flat = F.mse_loss(outputs, targets.to(outputs.dtype), reduction="none")
     elif kind == "bce":
@@ -30,7 +30,13 @@ def per_run_loss(outputs: torch.Tensor, targets: torch.Tensor, kind: str) -> tor
         flat = balanced_bce(outputs, targets.to(outputs.dtype))
     else:
         raise ValueError(f"unknown loss {kind!r}")
-    return flat.reshape(runs, -1).mean(1)
+    return _view(flat, runs, -1).mean(1)
+
+
+
+def _view(t: torch.Tensor, *shape: int) -> torch.Tensor:
+    """``t.reshape(shape)``, as a view when ``t`` is contiguous (a reshape is two operations, a view one)."""
+    return t.view(shape) if t.is_contiguous() else t.reshape(shape)
 
 
 def balanced_bce(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -47,11 +53,13 @@ def balanced_bce(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 
 def per_run_correct(outputs: torch.Tensor, targets: torch.Tensor, kind: str, over: str) -> torch.Tensor | None:
-    """Number of correctly predicted examples of each run, [R] (None for regression)."""
+    """Number of correctly predicted examples of each run, [R] (None for regression): float64 counts (summed in
+    that dtype: exact, and what the engine's sums add without a cast), or a float sum of per-position fractions
+    when accuracy is over positions."""
     if kind == "mse":
         return None
     # [R, B] or [R, B, P]: a class index matches, or every label's sign matches
     hit = outputs.argmax(-1) == targets if kind == "cross_entropy" else ((outputs > 0) == (targets > 0.5)).all(-1)
     if hit.dim() == 2:
-        return hit.float().sum(1)
-    return hit.all(-1).float().sum(1) if over == "example" else hit.float().mean(-1).sum(1)
+        return hit.sum(1, dtype=torch.float64)
+    return hit.all(-1).sum(1, dtype=torch.float64) if over == "example" else hit.float().mean(-1).sum(1)

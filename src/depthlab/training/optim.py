@@ -2,86 +2,187 @@
 
 ``torch.optim`` takes one learning rate per tensor; a group of runs shares tensors, so the update is written
 here with the learning rate (and the step count for Adam's bias correction) as a tensor over runs. The
-arithmetic is torch's own (``torch.optim.SGD`` with dampening 0, ``torch.optim.AdamW``), elementwise, so a
-run's update never depends on the other runs in its group; a test checks it against ``torch.optim``.
+arithmetic is torch's own (``torch.optim.SGD`` with dampening 0, ``torch.optim.AdamW``, clipping as
+``torch.nn.utils.clip_grad_norm_``) up to the rounding of a product or two, elementwise, so a run's update never
+depends on the other runs in its group; tests check it against ``torch.optim`` run by run, in float64.
+
+The whole model is one update, whatever its number of parameter tensors. The optimizer owns the parameters'
+memory: the parameters of each dtype become views of one ``[runs, N]`` buffer (a run's row holds all its weights,
+each tensor in its own columns), and so do their gradients (``zero_grad`` zeroes the buffer and autograd adds
+each gradient into its view; ``step`` uses the buffer as scratch and leaves ``.grad`` None) and the optimizer's
+states. What depends on the step count is computed once per step for all runs, in float64 (warm-up
+factor, bias corrections, clipping scale: vectors over runs, cast once to the parameters' dtype), and every
+weight is updated by a handful of operations on the buffers: a step is the same few dozen ATen operations
+whatever the number of parameter tensors (69 for AdamW with clipping and warm-up, nested ones included;
+``tests/test_optim.py``), where the per-tensor loop made about 60 per tensor. Build the optimizer once the
+model is on its device and in its dtype (``Module.to`` after it would give the parameters memory the optimizer
+does not see); ``select_runs`` rebuilds the buffers when runs leave.
 """
 
 from __future__ import annotations
 
+import math
+import warnings
+
 import torch
+
+# A parameter that is a strided view of a buffer gets its gradient as a view with the same strides; autograd
+# warns once that such a gradient does not follow its layout rule for non-dense parameters (a contiguous
+# gradient), which matters for DDP's buckets, not here: the gradient lives where the update reads it.
+warnings.filterwarnings("ignore", message="grad and param do not obey the gradient layout contract")
+STATES = {"sgd": ("momentum_buffer",), "adamw": ("exp_avg", "exp_avg_sq")}
+
+
+class _Flat:
+    """The parameters of one dtype as views of one [runs, N] buffer, with their gradients and states alike."""
+
+    def __init__(self, params: list[torch.nn.Parameter], states: tuple[str, ...]) -> None:
+        self.params = params
+        runs = params[0].shape[0]
+        self.dtype, self.device = params[0].dtype, params[0].device
+        self.sizes = [math.prod(p.shape[1:]) for p in params]
+        with torch.no_grad():
+            self.data = torch.cat([p.detach().reshape(runs, size) for p, size in zip(params, self.sizes, strict=True)],
+                                  dim=1)
+        for p, view in zip(params, self.views(self.data), strict=True):
+            p.data = view  # the parameter now lives in the buffer (same values)
+        self.grad = torch.zeros_like(self.data)
+        self.grads = self.views(self.grad)
+        self.buffers = {name: torch.zeros_like(self.data) for name in states}
+        per_state = [self.views(b) for b in self.buffers.values()]
+        self.state_views = [dict(zip(self.buffers, each, strict=True)) for each in zip(*per_state, strict=True)]
+        if not states:
+            self.state_views = [{} for _ in params]
+
+    def views(self, flat: torch.Tensor) -> list[torch.Tensor]:
+        """Each parameter's [runs, *shape] view of ``flat`` (its columns, in order)."""
+        return [part.view(p.shape) for part, p in zip(flat.split(self.sizes, dim=1), self.params, strict=True)]
+
+    def zero_grad(self) -> None:
+        self.grad.zero_()
+        for p, view in zip(self.params, self.grads, strict=True):
+            p.grad = view
+
+    def release_grads(self) -> None:
+        for p in self.params:
+            p.grad = None
+
+    def adopt_grads(self) -> None:
+        """Gradients set by hand (not accumulated into the buffer by autograd) are copied into it; a parameter
+        without a gradient counts as zeros (every family's parameters all get one in training)."""
+        for p, view in zip(self.params, self.grads, strict=True):
+            if p.grad is not view:
+                with torch.no_grad():
+                    view.copy_(p.grad) if p.grad is not None else view.zero_()
+                p.grad = view
 
 
 class GroupOptimizer:
     def __init__(self, params: list[torch.nn.Parameter], lrs: list[float], kind: str, momentum: float = 0.0,
                  weight_decay: float = 0.0, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                  grad_clip: float | None = None, warmup_steps: int = 0) -> None:
-        self.params = params
         self.grad_clip = grad_clip
         self.warmup_steps = warmup_steps
         self.kind = kind
         self.momentum, self.weight_decay, self.betas, self.eps = momentum, weight_decay, betas, eps
         device = params[0].device if params else None  # the per-run rates and step counts live with the weights
-        self.lr = torch.tensor(lrs, dtype=torch.float32, device=device)
+        self.lr = torch.tensor(lrs, dtype=torch.float64, device=device)
         self.steps = torch.zeros(len(lrs), dtype=torch.float64, device=device)  # bias corrections need float64
-        self.state: list[dict[str, torch.Tensor]] = [{} for _ in params]
+        self._build(params)
 
-    def _per_run(self, values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-        return values.to(like.dtype).view(-1, *([1] * (like.dim() - 1)))
+    def _build(self, params: list[torch.nn.Parameter]) -> None:
+        """Buffers for ``params`` (grouped by dtype), and the per-run vectors a step computes into."""
+        self.params = params
+        by_dtype: dict[torch.dtype, list[torch.nn.Parameter]] = {}
+        for p in params:
+            by_dtype.setdefault(p.dtype, []).append(p)
+        states = STATES[self.kind] if self.kind == "adamw" or self.momentum else ()
+        self.flats = [_Flat(group, states) for group in by_dtype.values()]
+        views = {id(p): v for flat in self.flats for p, v in zip(flat.params, flat.state_views, strict=True)}
+        self.state: list[dict[str, torch.Tensor]] = [views[id(p)] for p in params]
+        runs, device = len(self.lr), self.lr.device
+        # this step's per-run factors in float64 (rows: lr, then the kind's own), and as each dtype ([runs, 1])
+        self.coef64 = torch.zeros(4, runs, dtype=torch.float64, device=device)
+        self.one = torch.ones((), dtype=torch.float64, device=device)
+        self.rows64 = self.coef64.unbind(0)
+        self.coef = {f.dtype: torch.zeros(4, runs, 1, dtype=f.dtype, device=device) for f in self.flats}
+        self.rows = {dtype: c.unbind(0) for dtype, c in self.coef.items()}
+        self.zero_grad()
 
     @torch.no_grad()
     def clip(self) -> None:
-        """Scale each run's gradient so that its global norm (over all its parameters) is at most grad_clip."""
-        grads = [p.grad for p in self.params if p.grad is not None]
-        norm = torch.stack([g.pow(2).flatten(1).sum(1) for g in grads]).sum(0).sqrt()
-        scale = (self.grad_clip / (norm + 1e-6)).clamp(max=1.0)
-        for g in grads:
-            g.mul_(self._per_run(scale, g))
+        """Scale each run's gradient so that its global norm (over all its parameters) is at most grad_clip,
+        as ``torch.nn.utils.clip_grad_norm_`` computes it: min(clip / (norm + 1e-6), 1)."""
+        norms = [torch.linalg.vector_norm(flat.grad, dim=1) for flat in self.flats]
+        if len(norms) > 1:  # parameters of several dtypes: the norm of the per-dtype norms
+            norms = [torch.linalg.vector_norm(torch.stack([n.to(self.lr.dtype) for n in norms]), dim=0)]
+        norm = norms[0]
+        scale = norm.add_(1e-6).reciprocal_().mul_(self.grad_clip).clamp_(max=1.0).unsqueeze(1)
+        for flat in self.flats:
+            flat.grad.mul_(scale if scale.dtype == flat.dtype else scale.to(flat.dtype))
+
+    @torch.no_grad()
+    def _coefficients(self) -> None:
+        """This step's per-run learning rate (after warm-up) and the kind's per-run factors, once for all."""
+        self.steps.add_(self.one)  # a tensor: a Python number would be wrapped into one at every step
+        lr, a, b, c = self.rows64
+        if self.warmup_steps:  # linear warm-up from lr / warmup_steps to lr
+            torch.div(self.steps, self.warmup_steps, out=lr).clamp_(max=1.0).mul_(self.lr)
+        else:
+            lr.copy_(self.lr)
+        if self.kind == "sgd":
+            torch.neg(lr, out=a)  # -lr
+        else:
+            b1, b2 = self.betas
+            torch.pow(b1, self.steps, out=a).neg_().add_(1)  # 1 - b1^t
+            torch.div(lr, a, out=a).neg_()  # -lr / (1 - b1^t): the step size, negated
+            torch.pow(b2, self.steps, out=b).neg_().add_(1).sqrt_()  # sqrt(1 - b2^t)
+            torch.mul(lr, -self.weight_decay, out=c).add_(1)  # 1 - lr * weight_decay
+        for coef in self.coef.values():
+            coef.view(4, -1).copy_(self.coef64)  # one cast per dtype
 
     @torch.no_grad()
     def step(self) -> None:
+        for flat in self.flats:
+            flat.adopt_grads()
         if self.grad_clip is not None:
             self.clip()
-        self.steps += 1
-        lrs = self.lr
-        if self.warmup_steps:  # linear warm-up from lr / warmup_steps to lr
-            lrs = lrs * (self.steps / self.warmup_steps).clamp(max=1.0).float()
-        for p, state in zip(self.params, self.state, strict=True):
-            if p.grad is None:
-                continue
-            lr = self._per_run(lrs, p)
+        self._coefficients()
+        for flat in self.flats:
+            _, a, b, c = self.rows[flat.dtype]
+            p, g = flat.data, flat.grad
             if self.kind == "sgd":
-                grad = p.grad if self.weight_decay == 0 else p.grad + self.weight_decay * p
+                if self.weight_decay:
+                    g.add_(p, alpha=self.weight_decay)
                 if self.momentum:
-                    buf = state.get("momentum_buffer")
-                    buf = grad.clone() if buf is None else buf.mul_(self.momentum).add_(grad)
-                    state["momentum_buffer"] = buf
-                    grad = buf
-                p.sub_(lr * grad)
+                    g = flat.buffers["momentum_buffer"].mul_(self.momentum).add_(g)
+                p.addcmul_(g, a)  # p - lr · g
             else:
                 b1, b2 = self.betas
-                if "exp_avg" not in state:
-                    state["exp_avg"] = torch.zeros_like(p)
-                    state["exp_avg_sq"] = torch.zeros_like(p)
-                m, v = state["exp_avg"], state["exp_avg_sq"]
-                p.mul_(1 - lr * self.weight_decay)
-                m.lerp_(p.grad, 1 - b1)
-                v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
-                t = self.steps.view(-1, *([1] * (p.dim() - 1)))
-                step_size = (lr.double() / (1 - b1**t)).to(p.dtype)
-                denom = (v.sqrt() / (1 - b2**t).sqrt().to(p.dtype)).add_(self.eps)
-                p.sub_(step_size * m / denom)
+                m, v = flat.buffers["exp_avg"], flat.buffers["exp_avg_sq"]
+                if self.weight_decay:
+                    p.mul_(c)
+                m.lerp_(g, 1 - b1)
+                v.mul_(b2).addcmul_(g, g, value=1 - b2)
+                # p - step_size · m / (sqrt(v) / sqrt(1 - b2^t) + eps), the step size folded into the
+                # denominator, which is written over the gradient (read for the last time above)
+                p.addcdiv_(m, torch.sqrt(v, out=g).div_(b).add_(self.eps).div_(a))
+        for flat in self.flats:
+            flat.release_grads()  # the buffer held scratch: no stale gradient is left to read
 
     def zero_grad(self) -> None:
-        for p in self.params:
-            p.grad = None
+        """Zero every gradient (one operation per dtype); autograd then adds into the buffer's views."""
+        for flat in self.flats:
+            flat.zero_grad()
 
     def select_runs(self, keep: torch.Tensor, params: list[torch.nn.Parameter]) -> None:
         """Keep only the runs at ``keep``; ``params`` are the model's parameters after the same selection."""
-        self.params = params
+        kept = [{name: t[keep] for name, t in flat.buffers.items()} for flat in self.flats]
         self.lr, self.steps = self.lr[keep], self.steps[keep]
-        for state in self.state:
-            for name, t in state.items():
-                state[name] = t[keep].contiguous()
+        self._build(params)
+        for flat, buffers in zip(self.flats, kept, strict=True):
+            for name, t in buffers.items():
+                flat.buffers[name].copy_(t)
 
     def run_state_dict(self, run: int, names: list[str]) -> dict[str, torch.Tensor]:
         """Run ``run``'s optimizer state, keyed ``optimizer.<param name>.<state>`` (for safetensors)."""
@@ -92,12 +193,10 @@ class GroupOptimizer:
         return out
 
     def load_run_state_dict(self, run: int, names: list[str], tensors: dict[str, torch.Tensor]) -> None:
+        """Run ``run``'s state from ``run_state_dict``'s tensors; a state the checkpoint lacks starts at zero
+        (SGD's momentum buffer at zero is what its first step makes of it)."""
         self.steps[run] = tensors["optimizer.steps"][0]
-        for name, p, state in zip(names, self.params, self.state, strict=True):
-            for key in ("momentum_buffer", "exp_avg", "exp_avg_sq"):
+        for name, state in zip(names, self.state, strict=True):
+            for key, t in state.items():
                 saved = tensors.get(f"optimizer.{name}.{key}")
-                if saved is None:
-                    continue
-                if key not in state:
-                    state[key] = torch.zeros_like(p)
-                state[key][run] = saved
+                t[run] = 0.0 if saved is None else saved

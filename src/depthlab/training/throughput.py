@@ -57,12 +57,24 @@ CASES = [
 ]
 
 
-def peak_gflops(dtype: torch.dtype, device: torch.device = CPU, size: int = 2048, repeats: int = 5) -> float:
-    """The measured matrix-product rate at ``dtype`` (fp32 on CUDA: TF32, as training uses it)."""
+def peak_gflops(dtype: torch.dtype, device: torch.device = CPU, size: int = 2048, repeats: int = 5,
+                budget: float = 0.25) -> float:
+    """The measured matrix-product rate at ``dtype`` (fp32 on CUDA: TF32, as training uses it): the median of
+    ``repeats`` products of ``size`` × ``size`` matrices, or of the largest size from 256 up whose warm-up product
+    took under ``budget`` seconds (a CPU without bf16 matrix units, AVX2 only, multiplies bf16 through a slow
+    fallback: about 0.5 GFLOP/s, half a minute for one 2048³ product)."""
     if device.type != "cpu":
-        size *= 4  # a GPU needs larger products to be busy
-    a, b = (torch.randn(size, size, dtype=dtype, device=device) for _ in range(2))
-    a @ b  # warm-up
+        size *= 4  # a GPU needs larger products to be busy (and has no slow fallback: no budget there)
+    n = min(256, size) if device.type == "cpu" else size
+    while True:
+        a, b = (torch.randn(n, n, dtype=dtype, device=device) for _ in range(2))
+        synchronize(device)
+        start = time.perf_counter()
+        a @ b  # warm-up
+        synchronize(device)
+        if n >= size or time.perf_counter() - start > budget:
+            break
+        n *= 2
     times = []
     for _ in range(repeats):
         synchronize(device)
@@ -70,7 +82,7 @@ def peak_gflops(dtype: torch.dtype, device: torch.device = CPU, size: int = 2048
         a @ b
         synchronize(device)
         times.append(time.perf_counter() - start)
-    return 2 * size**3 / statistics.median(times) / 1e9
+    return 2 * n**3 / statistics.median(times) / 1e9
 
 
 def forward_flops(config: RunConfig) -> float:
@@ -91,7 +103,7 @@ def forward_flops(config: RunConfig) -> float:
     return m.layers * per_layer + 2 * d * classes
 
 
-def _configs(case: Case, runs: int, precision: str, device: str = "cpu") -> list[RunConfig]:
+def bench_configs(case: Case, runs: int, precision: str, device: str = "cpu") -> list[RunConfig]:
     return [parse_run({**case.raw, "train": {**case.raw["train"], "precision": precision, "steps": 10**6,
                                              "eval_every": 10**6, "device": device}, "seed": s})
             for s in range(runs)]
@@ -159,14 +171,14 @@ def run_benchmark(run_counts: list[int], cases: list[str] | None = None, min_sec
     both = where.type != "cpu"
     plan = [(c, p) for c in chosen for p in (["fp32", "bf16"] if both or c.name == "icqa-paper" else ["fp32"])]
     for case, precision in plan:
-        base = _configs(case, 1, precision, device)[0]
+        base = bench_configs(case, 1, precision, device)[0]
         flops = 3 * forward_flops(base)
         plain_rates: list[float] = []
         measured: dict[int, list[tuple[float, float]]] = {runs: [] for runs in run_counts}
         for _ in range(rounds):
             plain_rates.append(plain_loop(base, min_seconds))
             for runs in run_counts:
-                measured[runs].append(engine(_configs(case, runs, precision, device), min_seconds))
+                measured[runs].append(engine(bench_configs(case, runs, precision, device), min_seconds))
         plain = statistics.median(plain_rates)
         for runs in run_counts:
             rate = statistics.median(r for r, _ in measured[runs])

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# One GPU check in one go (issue 29): on a machine with one CUDA GPU, within about 8 minutes, offline, from a
+# plain checkout. Writes every step's output and one JSON summary with every wall time:
+#
+#   bash benchmarks/gpu_check.sh [OUT]            # OUT defaults to out/gpu-check; summary: OUT/gpu_check.json
+#   bash benchmarks/gpu_check.sh --small [OUT]    # the same steps on the CPU at tiny sizes (checks this script;
+#                                                 # the "paper" step then runs the quick scale)
+#   bash benchmarks/gpu_check.sh --dry-run        # print the steps and their time limits, run nothing
+#
+# Steps (each under its own time limit, so the whole check ends in time whatever one step does):
+#   1. pytest -m gpu tests/test_gpu.py            the GPU tests (no other test file: optional packages)
+#   2. depthlab bench --ops                       ATen operations and kernels per training step
+#   3. depthlab bench                             engine against plain loop at 1/16/64/256 runs, TF32 and bf16
+#   4. depthlab reproduce seed001-depth --scale quick
+#   5. depthlab reproduce seed001-depth --scale paper --workers-per-device auto
+#
+# Nothing is installed from the network. depthlab runs from src/ (PYTHONPATH=src); when pydantic is missing and
+# DEPTHLAB_WHEELS names a folder of wheels (pydantic, pydantic-core, annotated-types, typing-inspection,
+# typing-extensions), they are installed from it with pip --no-index. PYTHON picks the interpreter (python3).
+set -u
+
+MODE=full
+case "${1:-}" in
+  --small) MODE=small; shift ;;
+  --dry-run) MODE=dry; shift ;;
+esac
+OUT=${1:-out/gpu-check}
+PY=${PYTHON:-python3}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT" || exit 2
+export PYTHONPATH="$ROOT/src${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONDONTWRITEBYTECODE=1
+
+if [ "$MODE" = small ]; then
+  DEVICE=cpu
+  OPS_ARGS=(--runs 1 --case icqa-quick)
+  BENCH_ARGS=(--runs 1,2 --case icqa-quick --seconds 0.1 --rounds 1)
+  SMALL_SET=(--set train.steps=6 --set train.eval_every=3 --set train.eval_examples=64 --set sweep.seed=[0]
+             --set sweep.model.layers=[1])
+  LIMITS=(600 600 600 600 600)  # a shared CPU can be slow; the script, not the timing, is what is checked
+  PAPER=quick  # paper sizes at 6 steps would still build the paper's evaluation sets on the CPU
+else
+  DEVICE=cuda
+  OPS_ARGS=(--runs 1,256)
+  BENCH_ARGS=(--runs 1,16,64,256 --seconds 0.5 --rounds 1)
+  SMALL_SET=()
+  LIMITS=(130 40 100 40 170)  # 480 s of steps, each start-up included: the check ends within 8 minutes
+  PAPER=paper
+fi
+
+STEPS=(
+  "pytest-gpu|${LIMITS[0]}|$PY -m pytest -m gpu tests/test_gpu.py -q -p no:cacheprovider --junitxml=$OUT/pytest-gpu.xml"
+  "ops|${LIMITS[1]}|$PY -m depthlab.cli bench --ops --device $DEVICE ${OPS_ARGS[*]} --json"
+  "throughput|${LIMITS[2]}|$PY -m depthlab.cli bench --device $DEVICE ${BENCH_ARGS[*]} --json"
+  "seed001-depth-quick|${LIMITS[3]}|$PY -m depthlab.cli reproduce seed001-depth --scale quick --device $DEVICE --store $OUT/store-quick --out $OUT/figures ${SMALL_SET[*]} --json"
+  "seed001-depth-paper|${LIMITS[4]}|$PY -m depthlab.cli reproduce seed001-depth --scale $PAPER --device $DEVICE --workers-per-device auto --store $OUT/store-paper --out $OUT/figures ${SMALL_SET[*]} --json"
+)
+
+if [ "$MODE" = dry ]; then
+  for step in "${STEPS[@]}"; do
+    IFS='|' read -r name limit command <<< "$step"
+    echo "$name (at most ${limit} s): $command"
+  done
+  exit 0
+fi
+
+mkdir -p "$OUT"
+rm -rf "$OUT/store-quick" "$OUT/store-paper"  # fresh stores: runs already done would be skipped, not timed
+: > "$OUT/steps.jsonl"
+if ! "$PY" -c "import pydantic" 2> /dev/null; then
+  if [ -n "${DEPTHLAB_WHEELS:-}" ] && [ -d "$DEPTHLAB_WHEELS" ]; then
+    "$PY" -m pip install --no-index --find-links "$DEPTHLAB_WHEELS" pydantic > "$OUT/pip.log" 2>&1 \
+      || { echo "gpu_check: installing pydantic from $DEPTHLAB_WHEELS failed (see $OUT/pip.log)" >&2; exit 2; }
+  else
+    echo "gpu_check: pydantic is missing; set DEPTHLAB_WHEELS to a folder of its wheels (README, GPUs)" >&2
+    exit 2
+  fi
+fi
+
+started=$(date +%s.%N)
+for step in "${STEPS[@]}"; do
+  IFS='|' read -r name limit command <<< "$step"
+  echo "gpu_check: $name (at most ${limit} s)" >&2
+  begin=$(date +%s.%N)
+  # shellcheck disable=SC2086  # the command is split into words on purpose
+  timeout --signal=TERM --kill-after=15 "$limit" $command > "$OUT/$name.out" 2> "$OUT/$name.err"
+  rc=$?
+  end=$(date +%s.%N)
+  "$PY" -c 'import json, sys; n, c, l, b, e, r = sys.argv[1:]; print(json.dumps({"name": n, "command": c,
+"limit_s": int(l), "seconds": round(float(e) - float(b), 2), "exit_code": int(r), "timed_out": int(r) in (124, 137)}))' \
+    "$name" "$command" "$limit" "$begin" "$end" "$rc" >> "$OUT/steps.jsonl"
+done
+finished=$(date +%s.%N)
+"$PY" benchmarks/gpu_check_summary.py "$OUT" "$MODE" "$started" "$finished"

@@ -1,0 +1,91 @@
+"""ATen operations per training step, counted with ``torch.profiler`` (issue 29): ``depthlab bench --ops``.
+
+Every operation the dispatcher runs costs a fixed overhead on the CPU (a few microseconds) and, on a GPU, is a
+kernel launch or at least a trip through the dispatcher: at the seeds' small sizes a step's time is mostly that
+overhead. So the count is the engine's figure of merit beside examples per second, and it can be measured on any
+machine.
+
+For each case of ``training.throughput`` and group size, a group is built as the engine builds it, trained a few
+steps (the optimizer's state, the data stream and the autotuners settle; on CUDA the step is captured as a graph
+then, and the profiled steps are its replays), then ``steps`` steps are profiled:
+
+- ``ops``: every ATen operation, nested ones included (``aten::reshape`` calling ``aten::view`` counts two;
+  what ``torch.profiler``'s ``key_averages`` sums), per step;
+- ``top_ops``: the operations called from Python (or from autograd's engine), per step;
+- ``optimizer_ops`` and ``data_ops``: the part of ``ops`` inside ``GroupOptimizer.step`` and inside the step's
+  batch (profiled on their own);
+- ``kernels``: device kernels and copies per step (on a GPU only).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.profiler import profile
+
+from ..store import Store
+from .device import GRAPH_WARMUP_STEPS, is_device_event, profiler_activities, resolve_device, synchronize
+from .engine import Group
+from .throughput import CASES, Case, bench_configs
+
+
+def _counted(fn: Callable[[], Any], times: int, device: torch.device) -> dict[str, float]:
+    """ATen operations (all, and those not inside another) and device events per call of ``fn``."""
+    synchronize(device)
+    with profile(activities=profiler_activities(device)) as prof:
+        for _ in range(times):
+            fn()
+        synchronize(device)
+    events = prof.events()
+    aten = [e for e in events if e.name.startswith("aten::")]
+    top = [e for e in aten if e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::")]
+    kernels = [e for e in events if is_device_event(e)]
+    return {"ops": len(aten) / times, "top_ops": len(top) / times, "kernels": len(kernels) / times}
+
+
+def count_case(case: Case, runs: int, device: str = "cpu", steps: int = 5,
+               warmup: int = GRAPH_WARMUP_STEPS + 2) -> dict[str, Any]:
+    """The operation counts of one training step of ``case`` with ``runs`` runs in the group."""
+    configs = bench_configs(case, runs, "fp32", device)
+    with tempfile.TemporaryDirectory() as folder:
+        group = Group([(c, Store.run_id(c.to_dict())) for c in configs], Store(folder), runs)
+        for _ in range(warmup):
+            group.step()
+        where = group.device
+        whole = _counted(group.step, steps, where)
+        data = _counted(group.next_batch, steps, where)
+        x, y = group.next_batch()
+
+        def backward_then_update() -> None:
+            group.opt.zero_grad()
+            group.losses(x, y)[0].sum().backward()
+            group.opt.step()
+
+        def backward_only() -> None:
+            group.opt.zero_grad()
+            group.losses(x, y)[0].sum().backward()
+
+        both, without = _counted(backward_then_update, steps, where), _counted(backward_only, steps, where)
+        mode = group.step_mode()
+    row = {"name": case.name, "runs": runs, "device": str(where), "parameter_tensors": len(group.names),
+           "ops": whole["ops"], "top_ops": whole["top_ops"], "optimizer_ops": both["ops"] - without["ops"],
+           "data_ops": data["ops"], "step_mode": mode}
+    if where.type != "cpu":
+        row["kernels"] = whole["kernels"]
+    return row
+
+
+def count_ops(run_counts: list[int], cases: list[str] | None = None, device: str = "cpu",
+              progress: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Every case at every group size: one row each (see the module's docstring)."""
+    where = resolve_device(device, "--device")
+    rows = []
+    for case in (c for c in CASES if cases is None or c.name in cases):
+        for runs in run_counts:
+            rows.append(count_case(case, runs, device))
+            if progress:
+                progress(rows[-1])
+    return {"device": str(where), "torch": torch.__version__, "cases": rows}
