@@ -2,13 +2,16 @@
 registry (the numbers of `depthlab construct --json`), the marks from a hand-made store, and the command."""
 
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+from depthlab import plugins
 from depthlab.analysis.atlas import depth_bounds, min_widths
 from depthlab.api.atlas import run_atlas
 from depthlab.cli import app
+from depthlab.config import TrainSpec
 from depthlab.constructions.bounds import theory
 from depthlab.errors import UserError
 from depthlab.report.html import build_report
@@ -16,6 +19,7 @@ from depthlab.store import Store, atlases
 from depthlab.sweeps.atlas import load_atlas
 from depthlab.sweeps.climb import plan, stop_accuracy
 from depthlab.sweeps.presets import load_preset
+from depthlab.tasks import TASKS
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -160,6 +164,30 @@ def test_a_cell_below_the_lower_bound_is_marked_from_a_hand_made_store(tiny, tmp
     assert "atlas" in report["sections"]
     page = (tmp_path / "report.html").read_text()
     assert 'id="atlas-quick"' in page and ">below lower</span>" in page and "data:image/png;base64," in page
+
+
+@pytest.fixture
+def kv_recall(monkeypatch):
+    """The README's example plugin task registered; the registries restored afterwards."""
+    monkeypatch.setenv(plugins.ENV, "")
+    tasks, loaded = dict(TASKS), dict(plugins.LOADED)
+    plugins.load_plugin_file(Path(__file__).resolve().parents[1] / "examples" / "kv_recall.py")
+    yield
+    for registry, before in ((TASKS, tasks), (plugins.LOADED, loaded)):
+        registry.clear()
+        registry.update(before)
+
+
+def test_a_plugin_task_is_climbed_at_its_defaults_with_no_bound(kv_recall):
+    result = CliRunner().invoke(app, ["atlas", "--plan", "--json", "--tasks", "kv_recall"])
+    assert result.exit_code == 0, result.output
+    (study,) = json.loads(result.output)["studies"]
+    # the scale's families, the family's recipe (its steps, not a missing value), named as defaults
+    assert (study["task"], study["family"], study["source"]) == ("kv_recall", "attention_only",
+                                                                "task kv_recall at its defaults")
+    assert study["steps"] == TrainSpec().steps  # the recipe names none: the config's default
+    assert study["most_group_steps"] == study["most_runs"] // study["seeds"] * study["steps"] > 0
+    assert theory({"name": "kv_recall"}, {"name": "attention_only", "attention": "relu", "heads": 1}) == []
 
 
 def test_min_widths_per_depth():

@@ -99,15 +99,17 @@ def _show_plan(plan, json_out: bool) -> None:
     runs and group steps (a cell's seeds train as one group) it may train: every cell climbed to its last depth."""
     from ..analysis.tables import Table
     from ..sweeps.climb import most_runs
+    from ..sweeps.climb import plan as cells_of
 
     rows = []
     for s in plan.studies:
         runs = most_runs(s.study)
-        steps = (s.study.base.get("train") or {}).get("steps")
+        _, first = cells_of(s.study)[0]
+        steps = first[s.study.layers[0]][0].train.steps  # the run's own, the config's default included
         rows.append({"task": s.task, "family": s.family, "axis": s.axis,
                      "sizes": s.study.vary[1] if s.study.vary else None, "widths": s.study.widths,
                      "layers": s.study.layers, "seeds": len(s.study.seeds), "steps": steps, "most_runs": runs,
-                     "most_group_steps": runs // len(s.study.seeds) * (steps or 0), "source": s.source})
+                     "most_group_steps": runs // len(s.study.seeds) * steps, "source": s.source})
     if json_out:
         emit({"scale": plan.scale, "note": plan.note, "studies": rows, "most_runs": plan.most_runs,
               "most_group_steps": sum(r["most_group_steps"] for r in rows), "left_out": plan.left_out})

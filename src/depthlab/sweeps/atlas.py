@@ -46,7 +46,7 @@ class AtlasStudy:
     task: str
     family: str
     study: Study
-    source: str  # where it comes from: ``atlas quick tasks[3]`` or ``preset seed001-min-depth``
+    source: str  # where it comes from: ``tasks[3]``, ``task kv_recall at its defaults`` or ``preset seed001-min-depth``
 
     @property
     def axis(self) -> str | None:
@@ -132,7 +132,7 @@ def _entry_studies(entry: dict[str, Any], scale_raw: dict[str, Any], families: d
         seeds = parse_seeds(entry["seeds"], f"{where}.seeds") if "seeds" in entry else seeds
         target = parse_target(entry["target"], f"{where}.target") if "target" in entry else target
         widths = parse_widths(entry["widths"], f"{where}.widths") if "widths" in entry else widths
-        source = f"preset {entry['preset']}" if own else where.rsplit(" ", 1)[-1]
+        source = f"preset {entry['preset']}" if own else where.removeprefix(f"atlas {scale} ").strip("()")
         out.append(AtlasStudy(task["name"], family, Study(base, layers, seeds, target, widths, vary), source))
     return out
 
