@@ -130,6 +130,14 @@ def test_the_theory_column_has_the_numbers_of_construct_json():
     lookup = construct("seed003-index-lookup", "--set", "N=8", "--set", "n_symbols=4")
     (bound,) = theory({"name": "index_lookup", "N": 8, "alphabet": 4}, {"name": "transformer"})
     assert (bound.layers, bound.width, bound.check["certified_all_inputs"]) == (1, lookup["width"], True)
+    equality = construct("seed003-equality", "--set", "N=8")
+    bounds = theory({"name": "eq_random", "N": 8}, {"name": "transformer"})
+    assert [(b.kind, b.layers, b.width) for b in bounds] == [("upper", 2, equality["width"]), ("width", 1, None)]
+    template = construct("seed001-template", "--set", "l=2", "--set", "n_symbols=3")
+    relu = {"name": "attention_only", "attention": "relu", "heads": 1}
+    upper, lower = theory({"name": "template", "l": 2, "n_symbols": 3}, relu)
+    assert (upper.layers, upper.width, upper.check["accuracy"]) == (template["layers"], template["width"], 1.0)
+    assert (lower.layers, lower.construction) == (2, "seed001-one-layer-bound")
 
 
 def write_runs(store, study, accuracies):
@@ -188,6 +196,29 @@ def test_a_plugin_task_is_climbed_at_its_defaults_with_no_bound(kv_recall):
     assert study["steps"] == TrainSpec().steps  # the recipe names none: the config's default
     assert study["most_group_steps"] == study["most_runs"] // study["seeds"] * study["steps"] > 0
     assert theory({"name": "kv_recall"}, {"name": "attention_only", "attention": "relu", "heads": 1}) == []
+
+
+def test_the_heat_map_draws_depths_bounds_and_frames():
+    import matplotlib.colors as mcolors
+
+    from depthlab.draw.atlas import atlas_figure
+
+    def cell(size, min_layers, marks=(), lower=2, upper=3):
+        return {"task": "icqa", "width": None, "axis": "task.k", "size": size, "min_layers": min_layers,
+                "max_layers": 4, "status": "settled" if min_layers else "not reached", "lower": lower,
+                "upper": upper, "marks": [{"mark": m, "detail": ""} for m in marks]}
+
+    fig = atlas_figure([cell(2, 1, ["below_lower"]), cell(3, 2), cell(4, None, ["not_reached", "above_upper"])],
+                       "attention_only")
+    ax = fig.axes[0]
+    texts = [t.get_text() for t in ax.texts]
+    assert texts.count("≥2") == texts.count("≤3") == 3 and {"1", "2", ">4", "k=4"} <= set(texts)
+    frames = [p for p in ax.patches if not p.get_fill()]
+    red, orange = mcolors.to_rgba("tab:red"), mcolors.to_rgba("tab:orange")
+    assert [(p.get_x() + p.get_width() / 2, p.get_edgecolor()) for p in frames] == [(0, red), (2, orange)]
+    squares = [p for p in ax.patches if p.get_fill()]
+    assert [bool(p.get_hatch()) for p in squares] == [False, False, True]  # hatched: none learned
+    assert squares[0].get_facecolor() != squares[1].get_facecolor()  # coloured by depth
 
 
 def test_min_widths_per_depth():
