@@ -235,7 +235,8 @@ def test_the_command_plans_and_refuses_unknown_names(tmp_path):
     assert planned["most_runs"] == sum(s["most_runs"] for s in planned["studies"])
     for args, message in ((["--families", "gru"], "--families: unknown name 'gru'"),
                           (["--tasks", "parity"], "--tasks: unknown name 'parity'"),
-                          (["--scale", "huge"], "--scale: unknown scale 'huge'")):
+                          (["--scale", "huge"], "--scale: unknown scale 'huge'"),
+                          (["--workers-per-device", "0"], "--workers-per-device: '0' is not auto")):
         result = runner.invoke(app, ["atlas", "--plan", *args])
         assert isinstance(result.exception, UserError) and str(result.exception).startswith(message), result
     with pytest.raises(UserError, match="no study"):

@@ -19,6 +19,7 @@ from .common import (
     JsonOpt,
     SetOpt,
     StoreOpt,
+    WorkersOpt,
     check_executor,
     console,
     emit,
@@ -46,7 +47,8 @@ def atlas(scale: Annotated[str, typer.Option(help="quick (about an hour of one C
           out: Annotated[Path | None, typer.Option(help="folder for the heat maps (default: <store>/figures)")]
           = None,
           format_: FormatOpt = "png", group_size: GroupSizeOpt = None, executor: ExecutorOpt = "local",
-          address: AddressOpt = None, device: DeviceOpt = None, json_out: JsonOpt = False) -> None:
+          address: AddressOpt = None, device: DeviceOpt = None, workers: WorkersOpt = None,
+          json_out: JsonOpt = False) -> None:
     """For every task and model family of a scale: the trained minimum depth over the task's sizes beside the
     seeds' bounds (construction: upper; impossibility: lower), the disagreements marked, a heat map per family.
 
@@ -59,7 +61,7 @@ def atlas(scale: Annotated[str, typer.Option(help="quick (about an hour of one C
 
     check_executor(executor, address)
     vector = vector_format(format_)
-    plan = load_atlas(scale, tasks, families, with_device(set_, device, executor))
+    plan = load_atlas(scale, tasks, families, with_device(set_, device, executor, workers))
     if plan_only:
         _show_plan(plan, json_out)
         return
