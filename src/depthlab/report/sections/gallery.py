@@ -42,8 +42,9 @@ def _known_presets() -> dict[str, list[str]]:
 
 
 def embedded_png(path: str) -> str:
-    """The PNG at ``path`` embedded in the page (a `data:` image), read bounded (``depthlab.bounded``): a missing file, one past
-    MAX_EMBEDDED_BYTES, or something else in its place (a device, a FIFO, a folder) is named instead."""
+    """The PNG at ``path`` embedded in the page (a `data:` image), read bounded (``depthlab.bounded``): a missing
+    file, one past MAX_EMBEDDED_BYTES, or something else in its place (a device, a FIFO, a folder) is named
+    instead."""
     file = Path(path)
     if not file.exists() and not file.is_symlink():
         return f'<p class="muted">missing file <code>{esc(path)}</code> (moved or deleted since it was drawn)</p>'
