@@ -27,8 +27,14 @@ import torch
 from torch.profiler import profile
 
 from ..store import Store
-from .device import (GRAPH_WARMUP_STEPS, is_device_event, profiler_activities, release_memory, resolve_device,
-                     synchronize)
+from .device import (
+    GRAPH_WARMUP_STEPS,
+    is_device_event,
+    profiler_activities,
+    release_memory,
+    resolve_device,
+    synchronize,
+)
 from .engine import Group
 from .throughput import CASES, Case, bench_configs
 
