@@ -38,6 +38,7 @@ SLOW = "not figure and not pickle and not other_objectives and not every_family 
 # leaves out the slow tests that do not concern these modules (SLOW, pytest's -k).
 MODULES: dict[str, tuple[list[str], float]] = {
     "training/optim.py": ([
+        "tests/test_optim.py",
         "tests/test_model.py::test_group_optimizer_matches_torch_optim",
         "tests/test_engine_resume.py::test_a_resumed_run_follows_its_checkpoint_when_the_checkpoint_is_altered",
         "tests/test_reliability.py::test_checkpoint_that_does_not_fit_the_config_is_a_clear_error_and_is_left_alone",
@@ -53,7 +54,7 @@ MODULES: dict[str, tuple[list[str], float]] = {
         "tests/test_device.py::test_metrics_summed_on_the_device_are_the_per_step_sums",
         "tests/test_device.py::test_auto_is_the_cpu_here_and_the_results_say_where_and_in_what_precision",
         "tests/test_seed002_presets.py::test_engine_keeps_history_and_logs_partial_losses",
-        "tests/test_step_cost.py::test_a_step_runs_the_same_operations_for_16_runs_as_for_one_and_no_more_than_today",
+        "tests/test_step_cost.py::test_a_step_calls_the_same_operations_for_16_runs_as_for_one_and_no_more_than_today",
     ], 600),
     "training/checkpoint.py": ([
         "tests/test_reliability.py",
