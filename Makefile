@@ -36,7 +36,7 @@ test: install-test chromium
 	$(BIN)/python -m pytest -n 2 --dist loadfile
 
 # Mutation testing of the engine, the optimizer, checkpoints, data, the attention kernel and the constructions (not in
-# CI: 3,852 mutants, an estimated hour for the training modules and hours for the constructions; `mutation/run.py
+# CI: 3,796 mutants, an estimated hour for the training modules and hours for the constructions; `mutation/run.py
 # --only optim` for one module). Results in mutants/ (README: Mutation testing).
 mutants: install-test
 	$(BIN)/pip install -q -e ".[mutation]"
