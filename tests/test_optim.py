@@ -167,6 +167,7 @@ def test_a_state_the_checkpoint_lacks_starts_at_zero_and_the_step_count_is_loade
     opt.step()
     names = [f"p{i}" for i in range(len(SHAPES))]
     kept = opt.run_state_dict(0, names)
+    assert kept["optimizer.steps"].tolist() == [1.0]  # run 0's count alone, not its neighbour's too
     opt.load_run_state_dict(1, names, {"optimizer.steps": torch.tensor([7.0], dtype=torch.float64)})
     assert opt.steps.tolist() == [1.0, 7.0]
     for name, state in zip(names, opt.state, strict=True):
