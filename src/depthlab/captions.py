@@ -50,6 +50,11 @@ _ITEMS: list[tuple[str, str]] = [
      "1/2-layer transformer fails, but a 3-layer transformer can perform well on such tasks."),
     ("seed 001 Figure 3", "Attention maps for a trained two-layer transformer in the reasoning sequences \"A=1B=2A=\" "
      "(top row) and \"A=1B=2A=\" (bottom row)."),
+    ("seed 001 §6.2", "In the template matching task, we also find evidence of our constructed parsing-mapping "
+     "mechanism in [fig:attn95tmplt]. Specifically, a \"parsing\" operation that checks the similarity of tokens in "
+     "other positions can be observed in the first layer: for input sequence \"AAB=\", the repeat token \"A\" in "
+     "positions 0 and 1 share attention with each other, for the input \"ABB=\", the repeat token in positions 1 "
+     "and 2 share the position information."),
     ("seed 001 Figure 4", "Training dynamic for different attention heads on memorization task."),
     ("seed 001 Figure 5", "Training dynamic for different attention heads on in-context learning task."),
     ("seed 001 Figure 6", "Training dynamic for different attention heads on template generalization task."),

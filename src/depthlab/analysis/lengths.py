@@ -142,25 +142,33 @@ def _distinct_labels(rows: list[dict[str, Any]]) -> None:
         r["task_title"] = labelled(task_title(r["task"]), config, task_fields)
 
 
-def best_per_family(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def best_per_family(rows: list[dict[str, Any]], by: dict[str, list[str]] | None = None) -> list[dict[str, Any]]:
     """Seed 003 App. H's report of a hyperparameter search: "we tune the models across several hyperparameters and
     report the results based on the best-performing model". Per (task variant, model family, length) the row of
     :func:`length_rows` with the best accuracy over every depth, width and head count tried (each row already
     the best of its own search); its label is the family's (``Mamba (tuned)``), and it carries the winning
-    ``config`` (layers, width, heads, lr and the other settings searched) and how many configurations were
-    ``tried``."""
-    groups: dict[tuple[str, str, int | None], list[dict[str, Any]]] = {}
+    ``config`` (layers, width, heads, lr and the other settings searched) and how many configurations were ``tried``.
+
+    ``by`` keeps some sizes apart, per family (``"*"``: any other family): ``{"transformer": ["layers", "width"],
+    "*": ["width"]}`` gives a row per transformer shape and per recurrent width, each the best of the rest (seed 003
+    §6's Dyck models: a 1-layer transformer of width 256 and a 2-layer one of width 64, recurrent models of width
+    64 tuned in depth)."""
+    by = by or {}
+    groups: dict[tuple, list[dict[str, Any]]] = {}
     for row in rows:
-        key = (json.dumps(row["task_config"], sort_keys=True), row["model"], row["length"])
+        fields = by.get(row["model"], by.get("*", []))
+        key = (json.dumps(row["task_config"], sort_keys=True), row["model"], row["length"],
+               tuple((f, row.get(f)) for f in fields))
         groups.setdefault(key, []).append(row)
     out = []
-    for mine in groups.values():
+    for key, mine in groups.items():
         best = max(mine, key=lambda r: -1.0 if r["accuracy"] is None else r["accuracy"])
         config = {"layers": best["layers"], "width": best["width"], "heads": best.get("heads"), "lr": best["lr"],
                   **{k: v for k, v in best["settings"].items() if k != "train.lr"}}
         tried = sum(r["tried"] for r in mine)
-        out.append({**best, "label": f"{SHORT.get(best['model'], best['model'])} (tuned)", "config": config,
-                    "tried": tried})
+        kept = ", ".join(f"{f} {v}" for f, v in key[3])
+        label = f"{SHORT.get(best['model'], best['model'])} ({kept + ', ' if kept else ''}tuned)"
+        out.append({**best, "label": label, "config": config, "tried": tried})
     return out
 
 

@@ -13,9 +13,11 @@
 Every name here is exported from ``depthlab`` itself (imported on first use, so ``import depthlab`` stays fast).
 """
 
+from .atlas import atlas
 from .catalog import list_models, list_tasks, task
-from .reproduce import reproduce
+from .reproduce import explain, plan, reproduce
 from .store import Store
 from .training import RunResult, sweep, train
 
-__all__ = ["RunResult", "Store", "list_models", "list_tasks", "reproduce", "sweep", "task", "train"]
+__all__ = ["RunResult", "Store", "atlas", "explain", "list_models", "list_tasks", "plan", "reproduce", "sweep", "task",
+           "train"]

@@ -26,6 +26,7 @@ from .common import (
     StoreOpt,
     WorkersOpt,
     check_executor,
+    check_output,
     emit,
     open_store,
     run_sweep,
@@ -213,14 +214,14 @@ OutOpt = Annotated[Path | None, typer.Option("--out", help="with --format: the f
 def _write_table(frame: Any, fmt: str, out: Path | None) -> None:
     """``frame`` in format ``fmt`` to ``out``, or to stdout."""
     from ..api.tables import table_bytes
+    from ..store import atomic_write_bytes
 
     data = table_bytes(frame, fmt)
     if out is None:
         sys.stdout.buffer.write(data)
         sys.stdout.flush()
     else:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_bytes(data)
+        atomic_write_bytes(out, data)
 
 
 def _check_filters(db, status: str | None, task: str | None) -> None:
@@ -241,7 +242,8 @@ def runs(store: StoreOpt = None, status: Annotated[str | None, typer.Option(help
          task: Annotated[str | None, typer.Option(help="only runs of this task")] = None,
          fmt: FormatOpt = None, out: OutOpt = None, json_out: JsonOpt = False) -> None:
     """List the runs in a store; with --format, write every run's config fields and final metrics as a table."""
-    db = open_store(store, create=False)
+    check_output(out, "--out")
+    db = open_store(store, readonly=True)
     _check_filters(db, status, task)
     if fmt is not None:
         from ..api.tables import runs_frame
@@ -265,7 +267,8 @@ def metrics(run: Annotated[list[str] | None, typer.Argument(help="run ids or uni
     """Every metrics row of the runs (run_id, step, split, metric, value): the table depthlab.Store.metrics gives."""
     from ..api.tables import metrics_frame
 
-    db = open_store(store, create=False)
+    check_output(out, "--out")
+    db = open_store(store, readonly=True)
     frame = metrics_frame(db.metric_rows([db.resolve(r) for r in run] if run else None))
     if json_out:
         emit({"metrics": frame.to_dict(orient="records")})

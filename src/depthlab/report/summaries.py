@@ -62,12 +62,13 @@ def layers_summary(store: Store, run_ids: list[str], figure: Path, title: str, v
 
 
 def emergence_summary(store: Store, run_ids: list[str], figure: Path, title: str,
-                      vector: str | None = None) -> Summary:
-    """Seed 002 Figures 6-7: each run's circuit found by ablation, validated, and its emergence (a figure per run,
+                      vector: str | None = None, accept: str = "within") -> Summary:
+    """Seed 002 Figures 6-7: each run's circuit found by ablation (``accept``: App. E's criterion "below" or
+    depthlab's "within", see ``analysis.circuit``), validated, and its emergence (a figure per run,
     ``FIGURE-RUN.png`` when there are several)."""
     results, tables = [], []
     for run_id in run_ids:
-        found = emergence.circuit_emergence(store, run_id)
+        found = emergence.circuit_emergence(store, run_id, accept)
         if found.emergence is None:
             results.append(found.to_json())
             continue
@@ -79,14 +80,15 @@ def emergence_summary(store: Store, run_ids: list[str], figure: Path, title: str
 
 
 def lengths_summary(store: Store, run_ids: list[str], figure: Path, title: str, vector: str | None = None,
-                    curve_length: int | None = None, tuned: bool = False) -> Summary:
+                    curve_length: int | None = None, tuned: bool = False,
+                    by: dict[str, list[str]] | None = None) -> Summary:
     """Seed 003's length table: JSON rows, the model × length table, the heat map, and each task's validation
     curves at one length (``FIGURE-curves.png``; ``curve_length`` where every model of the task ran at it, else the
     longest such length). ``tuned``: a hyperparameter search (App. H): one row per model family and length, its
-    best configuration (``depthlab.analysis.lengths.best_per_family``)."""
+    best configuration (``depthlab.analysis.lengths.best_per_family``; ``by``: sizes kept apart per family)."""
     rows = lengths.length_rows(store, run_ids)
     if tuned:
-        rows = lengths.best_per_family(rows)
+        rows = lengths.best_per_family(rows, by)
     figure = Path(figure)
     heat = save(heatmap_figure(rows, title), figure, vector)
     chosen = lengths.choose_curve_lengths(rows, curve_length)
@@ -150,11 +152,11 @@ def information_flow_summary(store: Store | None, run_ids: list[str], figure: Pa
 
 
 def circuits_summary(store: Store, run_ids: list[str], figure: Path, title: str,
-                     vector: str | None = None) -> Summary:
-    """Seed 002 Figure 5: each run's circuit found by ablation and validated (transformers A, B, C in run order),
-    a panel each."""
-    rows = circuits.circuit_rows(store, run_ids)
-    path = save(circuits_figure(rows, title), figure, vector)
+                     vector: str | None = None, accept: str = "within") -> Summary:
+    """Seed 002 Figure 5: each run's circuit found by ablation (``accept`` as for :func:`emergence_summary`) and
+    validated (transformers A, B, C in run order), a panel each."""
+    rows = circuits.circuit_rows(store, run_ids, accept)
+    path = save(circuits_figure(rows, f"{title} (seed 002 Figure 5)"), figure, vector)
     return {"rows": rows, "figure": str(path)}, [circuits.circuits_table(rows, title)]
 
 
@@ -205,12 +207,14 @@ def heads_summary(store: Store, run_ids: list[str], figure: Path, title: str, ve
 def attention_summary(store: Store, run_ids: list[str], figure: Path, title: str,
                       vector: str | None = None) -> Summary:
     """Seed 001 Figure 3 (§6.2): each trained configuration's attention maps on the figure's sequences next to the
-    construction's, and each layer's share of attention on the constructed pattern (a row per run and layer)."""
+    construction's, and each layer's share of attention on the constructed pattern (a row per run and layer); for
+    template matching §6.2's "AAB=" and "ABB=" against §14.2's parse-mapping construction."""
     compared = construction_maps.compare_runs(store, run_ids)
     sources = [(r["label"], r["maps"]) for r in compared["runs"]]
     sources.append((f"constructed ({compared['construction']['layers']} layers, hand-set)",
                     compared["construction"]["maps"]))
-    path = save(comparison_figure(sources, title), figure, vector)
+    seed_figure = "seed 001 §6.2, templates" if compared["task"] == "template" else "seed 001 Figure 3 (§6.2)"
+    path = save(comparison_figure(sources, f"{seed_figure}: {title}"), figure, vector)
     table = Table.of("run", "accuracy", "layer", "share on construction", "last row", title=title,
                      caption=f"share: fraction of a layer's attention where the construction attends, mean over "
                              f"{construction_maps.MEASURED} evaluation examples")

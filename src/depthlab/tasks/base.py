@@ -197,6 +197,10 @@ def check_shapes(task: Task) -> None:
                               (task.seq_len, MAX_SEQ_LEN, f"sequences of {task.seq_len:,} positions")):
         if size > limit:
             raise ValueError(f"{largest_field(task)} gives {said}, more than the {limit:,} allowed")
+        if size < 1:  # a plugin's vocab, labels or seq_len that no model can take either
+            raise ValueError(f"{task.name} has {said}: no model can take it")
+    if task.n_outputs < 1:
+        raise ValueError(f"{task.name} has no labels (outputs): no model can be trained on it")
 
 
 def largest_field(task: Task) -> str:
