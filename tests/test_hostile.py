@@ -597,3 +597,26 @@ def test_a_command_whose_later_group_cannot_fit_trains_nothing(tmp_path, monkeyp
     monkeypatch.setenv("DEPTHLAB_MEMORY", "64M")
     one_line_exit_2(run_depthlab("sweep", str(path), "--store", str(tmp_path / "s")), "memory: a run of memorization")
     assert [r["status"] for r in Store(tmp_path / "s").find_runs()] == []  # the small group did not train first
+
+
+def test_a_command_says_its_size_before_its_first_run(tmp_path, monkeypatch):
+    """On a terminal: how many runs, groups and run-steps, and what the largest group needs, before any training."""
+    import io
+
+    from rich.console import Console
+
+    from depthlab.cli import common
+    from depthlab.memory import format_bytes
+    from depthlab.sweeps import execute
+    from depthlab.training.footprint import footprint
+
+    configs = expand_sweep({**RUN, "model": {"name": "transformer", "layers": 1}, "sweep": {"model.width": [8, 64],
+                                                                                            "seed": [0, 1, 2]}})
+    seen = io.StringIO()
+    monkeypatch.setattr(common, "console", Console(file=seen, force_terminal=True, color_system=None, width=200))
+    monkeypatch.setattr(execute, "train_runs", lambda *args: seen.write("\ntraining\n") and {})
+    common.run_sweep(configs, Store(tmp_path / "s"), None, quiet=False, description="sweep")
+    peak = footprint(configs[-1]).total(3)  # the width-64 group of three seeds
+    first, *rest = seen.getvalue().splitlines()
+    assert first == f"6 runs in 2 groups (24 run-steps); the largest group needs about {format_bytes(peak)}", first
+    assert "training" in rest
