@@ -24,11 +24,14 @@ import yaml
 from safetensors.torch import save
 
 from conftest import run_depthlab
+from depthlab import plugins
 from depthlab.bounded import BoundError, json_depth, parse_yaml, read_file
 from depthlab.config import MAX_GRID_POINTS, apply_overrides, expand_sweep, parse_run
 from depthlab.llm.runners import EndpointError, EndpointRunner, Request
+from depthlab.models import MODELS
 from depthlab.store import Store, StoreError
 from depthlab.sweeps.local import run_local
+from depthlab.tasks import TASKS
 from depthlab.training import checkpoint as ckpt
 from depthlab.training.checkpoint import WEIGHTS, CheckpointError, Owner, layout_of, load_checkpoint, save_checkpoint
 from depthlab.training.claims import hold_runs
@@ -38,6 +41,17 @@ from hostile_http import Answer, HostileServer
 RUN = {"task": {"name": "memorization", "n_words": 4, "length": 2, "n_examples": 8},
        "model": {"name": "attention_only", "layers": 1},
        "train": {"steps": 4, "eval_every": 2, "batch_size": 8, "checkpoint_every": 2}}
+
+
+@pytest.fixture(autouse=True)
+def registries_as_they_were():
+    """The plugin files these tests load register tasks: the registries are given back after each test, so the
+    tests that share this process (``pytest -n 2 --dist loadfile``) see depthlab's own tasks only."""
+    tasks, models, loaded = dict(TASKS), dict(MODELS), dict(plugins.LOADED)
+    yield
+    for registry, before in ((TASKS, tasks), (MODELS, models), (plugins.LOADED, loaded)):
+        registry.clear()
+        registry.update(before)
 
 
 def one_line_exit_2(result: tuple[int, str, str], *needles: str) -> str:
