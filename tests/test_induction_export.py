@@ -64,8 +64,16 @@ def test_induction_task_repeats_one_bigram_and_asks_for_b() -> None:
 
 @pytest.mark.parametrize("positional", ["learned", "sinusoidal"])
 @pytest.mark.parametrize("mlp", [True, False])
-def test_transformer_export_loads_in_transformerlens_with_equal_logits(tmp_path, positional: str, mlp: bool) -> None:
+@pytest.mark.parametrize("embedding_scale", [1.0, 1e-2])
+def test_transformer_export_loads_in_transformerlens_with_equal_logits(tmp_path, positional: str, mlp: bool,
+                                                                        embedding_scale: float) -> None:
+    """Embeddings scaled by 1e-2 make the first LayerNorm's input variance about 1e-5, where its eps counts: an
+    exported eps off by a factor of ten moves the logits by far more than the tolerance."""
     run = _run({"name": "transformer", "layers": 2, "heads": 2, "width": 16, "mlp": mlp, "positional": positional})
+    with torch.no_grad():
+        for name, p in run.model.named_parameters():
+            if name.startswith(("embed.", "pos_embed.")):
+                p.mul_(embedding_scale)
     ours, theirs = _round_trip(run, tmp_path)
     assert torch.allclose(ours, theirs, atol=1e-5, rtol=1e-5), (ours - theirs).abs().max()
 

@@ -6,6 +6,8 @@ From Python (:mod:`depthlab.api`; each name is imported on first use, so ``impor
     depthlab.train(config, store=…, **overrides) -> RunResult       depthlab.sweep(…) -> [RunResult, …]
     depthlab.Store(path).runs() / .metrics(run_ids) -> DataFrame    .load_model(run_id, step=None) -> nn.Module
     depthlab.reproduce(name, scale="quick") -> the object `depthlab reproduce NAME --json` prints
+    depthlab.plan(name, scale="paper") -> projected wall time here; depthlab.explain(name) -> seed settings
+    depthlab.atlas(scale="quick", tasks=…, families=…) -> the object `depthlab atlas --json` prints
     depthlab.draw.attention(cache, tokens) -> one example's attention, every layer and head (depthlab.draw: figures)
 
 From the shell: ``depthlab --help``.
@@ -15,7 +17,8 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-API = ("RunResult", "Store", "list_models", "list_tasks", "reproduce", "sweep", "task", "train")
+API = ("RunResult", "Store", "atlas", "explain", "list_models", "list_tasks", "plan", "reproduce", "sweep", "task",
+       "train")
 SUBMODULES = ("draw",)  # reached as depthlab.draw after `import depthlab` alone, imported on first use
 __all__ = ["__version__", *API]
 
@@ -23,7 +26,19 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `import 
 if TYPE_CHECKING:
     from typing import Any
 
-    from .api import RunResult, Store, list_models, list_tasks, reproduce, sweep, task, train  # noqa: F401
+    from .api import (  # noqa: F401
+        RunResult,
+        Store,
+        atlas,
+        explain,
+        list_models,
+        list_tasks,
+        plan,
+        reproduce,
+        sweep,
+        task,
+        train,
+    )
 
 
 def __getattr__(name: str) -> Any:

@@ -89,6 +89,9 @@ class TrainSpec(BaseModel):
                                     description="clip each run's gradient to this global norm")
     steps: int = Field(2000, ge=1, le=MAX_STEPS, description="maximum number of optimizer steps")
     batch_size: int = Field(64, ge=1, le=MAX_EXAMPLES)
+    train_examples: int | None = Field(None, ge=1, le=2**30,
+                                       description="a fixed training set of this many examples, cycled (seed 002 "
+                                                   "§7.1: 2^20); None = fresh examples every step")
     eval_every: int = Field(100, ge=1, le=MAX_STEPS, description="log train and eval metrics every this many steps")
     eval_examples: int = Field(2048, ge=1, le=MAX_EXAMPLES,
                                description="eval examples per log point (the final eval uses all)")
@@ -126,6 +129,9 @@ class TrainSpec(BaseModel):
     def _betas_range(self) -> TrainSpec:
         if not all(0 <= b < 1 for b in self.betas):
             raise ValueError("betas must both be in [0, 1)")
+        if self.train_examples is not None and self.train_examples % self.batch_size:
+            raise ValueError(f"train_examples ({self.train_examples}) must be a multiple of batch_size "
+                             f"({self.batch_size})")
         return self
 
 
@@ -145,6 +151,8 @@ class ResourceSpec(BaseModel):
 
 # train fields that say where and how a run executes, not what it is
 EXECUTION_FIELDS = frozenset({"device", "compile", "cuda_graph", "workers_per_device"})
+# train fields added after runs were stored: left out of a run's config while unset, so stored run ids stay valid
+UNSET_LEFT_OUT = frozenset({"train_examples"})
 
 
 class RunConfig(BaseModel):
@@ -164,7 +172,8 @@ class RunConfig(BaseModel):
         return {
             "task": {"name": self.task.name, **self.task.model_dump(mode="json")},
             "model": self.model.model_dump(mode="json"),
-            "train": self.train.model_dump(mode="json", exclude=set(EXECUTION_FIELDS)),
+            "train": self.train.model_dump(mode="json", exclude=set(EXECUTION_FIELDS) | {
+                f for f in UNSET_LEFT_OUT if getattr(self.train, f) is None}),
             "seed": self.seed,
         }
 

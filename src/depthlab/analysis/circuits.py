@@ -37,11 +37,12 @@ class FoundCircuit:
     file: Path | None = None
 
 
-def find_circuit(store: Store, run_id: str) -> FoundCircuit:
-    """Find run ``run_id``'s circuit by ablation, validate it and keep it as the run's artifact ``circuit.yaml``."""
+def find_circuit(store: Store, run_id: str, accept: str = "within") -> FoundCircuit:
+    """Find run ``run_id``'s circuit by ablation (``accept``: the pruning criterion of
+    :func:`depthlab.analysis.circuit.discover`), validate it and keep it as the run's artifact ``circuit.yaml``."""
     run = load_run(store, run_id)
     batch = sample_examples(run.task, CIRCUIT_EXAMPLES, ANALYSIS_SEED)
-    circuit, log = discover(run.model, run.task, batch)
+    circuit, log = discover(run.model, run.task, batch, accept=accept)
     if not circuit.paths:
         return FoundCircuit(run, circuit, log)
     checked = validate(run.model, run.task, batch, circuit)
@@ -57,12 +58,13 @@ def transformer_name(i: int) -> str:
     return letter if i < 26 else f"{letter}{i // 26 + 1}"
 
 
-def circuit_rows(store: Store, run_ids: list[str]) -> list[dict[str, Any]]:
+def circuit_rows(store: Store, run_ids: list[str], accept: str = "within") -> list[dict[str, Any]]:
     """A row per run: ``name``, ``run``, ``layers``, ``D``, ``roles`` (one chain's roles), ``paths``
-    [{layer, head, from, to, attention, loss_without}], ``intact_loss``, ``circuit_loss``, ``heads_used``."""
+    [{layer, head, from, to, attention, loss_without}], ``intact_loss``, ``circuit_loss``, ``heads_used``,
+    ``meets_criterion`` (App. E's, under ``accept``)."""
     rows = []
     for i, run_id in enumerate(run_ids):
-        found = find_circuit(store, run_id)
+        found = find_circuit(store, run_id, accept)
         run, v = found.run, found.validation
         paths = [{"layer": p.layer, "head": p.head, "from": p.src, "to": p.dst,
                   "attention": None if v is None else v["paths"][j]["attention"],
@@ -73,6 +75,7 @@ def circuit_rows(store: Store, run_ids: list[str]) -> list[dict[str, Any]]:
                      "paths": paths, "intact_loss": found.discovery["intact_loss"],
                      "circuit_loss": None if v is None else v["circuit"]["loss"],
                      "heads_used": len(found.circuit.circuit_heads),
+                     "meets_criterion": found.discovery.get("meets_criterion"),
                      "circuit_file": None if found.file is None else str(found.file)})
     return rows
 

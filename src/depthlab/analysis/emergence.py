@@ -186,10 +186,10 @@ class CircuitEmergence:
         return emergence_table(self.emergence, f"{title}: run {self.run} ({losses})")
 
 
-def circuit_emergence(store: Store, run_id: str) -> CircuitEmergence:
-    """Find the circuit of run ``run_id`` by ablation, validate it, keep it as the run's artifact
-    ``circuit.yaml`` and measure its emergence."""
-    found = find_circuit(store, run_id)
+def circuit_emergence(store: Store, run_id: str, accept: str = "within") -> CircuitEmergence:
+    """Find the circuit of run ``run_id`` by ablation (``accept``: App. E's criterion, or depthlab's), validate it,
+    keep it as the run's artifact ``circuit.yaml`` and measure its emergence."""
+    found = find_circuit(store, run_id, accept)
     if found.validation is None:
         return CircuitEmergence(run_id, found.discovery)
     return CircuitEmergence(run_id, found.discovery, found.file, found.validation,

@@ -11,7 +11,6 @@ pickle; the optimizer state is dropped). ``attention_maps`` runs chosen examples
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -254,13 +253,3 @@ def is_trained(record: dict[str, Any]) -> bool:
     ``llm-bench`` run has neither, so the analyses of trained runs leave it out."""
     config = record.get("config") or {}
     return isinstance(config.get("task"), dict) and isinstance(config.get("model"), dict)
-
-
-def group_runs(store: Store, run_ids: list[str], key: Callable[[dict[str, Any]], Hashable]) -> dict[Any, list[dict]]:
-    """The store records of ``run_ids`` (missing ones skipped) grouped by ``key(record)``, in first-seen order."""
-    groups: dict[Any, list[dict[str, Any]]] = {}
-    for run_id in run_ids:
-        record = store.get_run(run_id)
-        if record is not None:
-            groups.setdefault(key(record), []).append(record)
-    return groups

@@ -54,7 +54,7 @@ def run_preset(preset: Preset, store: Store, out: Path | None, train: Train, vec
                         "training; allowed only for presets of sweeps")
     started = time.perf_counter()
     figure = (out or store.root / "figures") / f"{preset.name}-{preset.scale}.png"
-    title, partial = preset.title, None
+    title, partial = preset_title(preset), None
     if preset.studies:
         run_ids: list[str] = []  # a study's runs are found by climbing; its cells do not keep their ids
         summary, tables = summarize(climb_studies(preset.studies, store, train, preset.name), figure, title,
@@ -77,6 +77,15 @@ def run_preset(preset: Preset, store: Store, out: Path | None, train: Train, vec
               "seconds": round(time.perf_counter() - started, 1), "threads": torch.get_num_threads()}
     record_reproduction(store.root, manifest(preset, result, run_ids))
     return result, tables
+
+
+def preset_title(preset: Preset) -> str:
+    """What a preset's figures and tables are titled: its title and the seed figures it draws, said once
+    (``training dynamics for different attention heads (seed 001 Figures 4-7)``)."""
+    from ..captions import figures_text
+
+    figures = figures_text(preset.figures)
+    return f"{preset.title} ({figures})" if figures else preset.title
 
 
 def figure_files(obj: Any) -> list[str]:
@@ -120,16 +129,60 @@ def reproduce(name: str, scale: str = "quick", *, store: str | Path | Store | No
     ``**{"train.steps": 500}``); ``progress``, ``log``, ``group_size`` as for :func:`depthlab.sweep`;
     ``finished_only`` trains nothing and draws from the runs already done (see :func:`run_preset`).
     """
-    from ..fields import flat_fields
-    from ..sweeps.presets import load_preset
-    from .catalog import load_plugins
-
-    load_plugins()
-    fields = flat_fields({key.replace("__", "."): value for key, value in overrides.items()})
-    preset = load_preset(name, scale, [f"{field}={json.dumps(value)}" for field, value in fields.items()])
+    preset = _load(name, scale, overrides)
     db = open_store(store)
 
     def train(configs: list[Any], label: str) -> None:
         train_configs(configs, db, label, progress, log, group_size)
 
     return run_preset(preset, db, Path(out) if out is not None else None, train, finished_only=finished_only)[0]
+
+
+def done_runs(store: Store | None, configs: list[Any]) -> set[str]:
+    """The ids of ``configs``' runs finished in ``store`` (none without one): what a plan leaves out."""
+    if store is None:
+        return set()
+    ids = list(dict.fromkeys(store.run_id(c.to_dict()) for c in configs))
+    return {r["id"] for r in store.find_runs(ids=ids) if r["status"] == "done"}
+
+
+def plan(name: str, scale: str = "quick", *, store: str | Path | Store | None = None, group_size: int | None = None,
+         max_seconds: float | None = 120.0, **overrides: Any) -> dict[str, Any]:
+    """How long ``depthlab reproduce name --scale scale`` would take on this device, measured by training a few
+    steps of each distinct group shape in a scratch store (nothing is recorded in ``store``; its finished runs,
+    when it exists, are left out): what ``depthlab reproduce NAME --plan --json`` prints (``runs``, ``groups``,
+    ``steps``, ``projected_seconds`` — an upper bound: runs that stop early take less —, ``shapes_detail``, …).
+    Past ``max_seconds`` of measuring, the remaining shapes are estimated from the measured ones. ``overrides``
+    as for :func:`reproduce`."""
+    return plan_for(_load(name, scale, overrides), store, group_size, max_seconds)
+
+
+def plan_for(preset: Preset, store: str | Path | Store | None = None, group_size: int | None = None,
+             max_seconds: float | None = 120.0) -> dict[str, Any]:
+    """:func:`plan` of a loaded preset (``store``: a store or the path of one; a path with no store is no store)."""
+    from ..store import Store as LowLevelStore
+    from ..store import database_path
+    from ..sweeps.plan import plan_preset
+
+    db = store if isinstance(store, LowLevelStore) else (
+        LowLevelStore(Path(store)) if store is not None and database_path(Path(store)).is_file() else None)
+    return plan_preset(preset, group_size, max_seconds, done_runs(db, preset.every_run))
+
+
+def explain(name: str) -> dict[str, Any]:
+    """Preset ``name``'s paper scale against its seed, setting by setting: what ``depthlab reproduce NAME --explain
+    --json`` prints (``settings``: each with the seed's value, its section and words, depthlab's, whether they
+    differ, why, and the ``--set`` changes that run the seed's own)."""
+    from ..sweeps.settings import explain as settings_explain
+
+    return settings_explain(name)
+
+
+def _load(name: str, scale: str, overrides: dict[str, Any]) -> Preset:
+    from ..fields import flat_fields
+    from ..sweeps.presets import load_preset
+    from .catalog import load_plugins
+
+    load_plugins()
+    fields = flat_fields({key.replace("__", "."): value for key, value in overrides.items()})
+    return load_preset(name, scale, [f"{field}={json.dumps(value)}" for field, value in fields.items()])

@@ -36,7 +36,8 @@ class Store(store.Store):
 
     def runs(self, status: str | None = None, task: str | None = None) -> pd.DataFrame:
         """One row per run (oldest first; only ``status`` / ``task`` ones when given): ``id``, ``status``,
-        ``task``, ``model``, ``step``, ``created``, ``updated``, ``error``, every config field as a dotted column
+        ``task``, ``model``, ``step``, ``created``, ``updated``, ``error``, ``cell`` (equal for the runs whose
+        configs differ only in the seed: group by it to pool seeds), every config field as a dotted column
         (``model.layers``, ``task.k``, ``train.lr``, ``seed``), then the final metrics (``accuracy``, ``loss``,
         ``steps``, ``chance`` …; NaN where a run has none). See :mod:`depthlab.api.tables` for the dtypes."""
         from .tables import runs_frame

@@ -161,8 +161,10 @@ def circuit_cmd(run: RunArg, circuit: Annotated[Path | None, typer.Argument(
                 discover_: Annotated[bool, typer.Option("--discover", help="find a circuit by ablation first")] = False,
                 threshold: Annotated[float, typer.Option(help="--discover: least mean attention of a candidate path")
                                      ] = 0.3,
-                tolerance: Annotated[float, typer.Option(help="--discover: loss allowed above the intact model's")
-                                     ] = 0.05,
+                tolerance: Annotated[float, typer.Option(help="--discover: the loss bound (see --accept)")] = 0.05,
+                accept: Annotated[str, typer.Option(help="--discover: keep pruning while the loss is 'below' "
+                                                         "--tolerance (seed 002 App. E: below 0.05) or 'within' "
+                                                         "--tolerance of the intact model's")] = "within",
                 n: Annotated[int, typer.Option("-n", min=1, help="evaluation examples")] = 1024,
                 seed: SeedOpt = 0, format_: FormatOpt = "png", store: StoreOpt = None,
                 json_out: JsonOpt = False) -> None:
@@ -177,7 +179,7 @@ def circuit_cmd(run: RunArg, circuit: Annotated[Path | None, typer.Argument(
     batch = _examples(loaded, n, seed, None)
     log = None
     if discover_:
-        found, log = discover(loaded.model, loaded.task, batch, threshold, tolerance)
+        found, log = discover(loaded.model, loaded.task, batch, threshold, tolerance, accept)
         if not found.paths:
             raise UserError(f"--discover: {log.get('note', 'no circuit found')} (threshold {threshold})")
         name = "analysis/circuit-discovered.yaml"

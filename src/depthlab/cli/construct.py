@@ -74,6 +74,9 @@ def construct(
 
 def _show_result(result: dict[str, Any]) -> None:
     """Each key on a line of its own, then the tables of width against N and of depth against D."""
+    if result.get("construction") == "seed003-recurrent-bounds":
+        _show_bounds(result)
+        return
     for key, value in result.items():
         if key in ("by_kind", "rows", "constructions"):
             continue
@@ -98,3 +101,21 @@ def _show_result(result: dict[str, Any]) -> None:
             table.add_row(str(r["D"]), str(r["layers_last"]), str(r["last_position_form"]), str(r["layers_any"]),
                           str(r["closed_form"]))
         show(table)
+
+
+def _show_bounds(result: dict[str, Any]) -> None:
+    """seed003-recurrent-bounds: the theorem, then a row per length: the bound, the exact one-way complexity where
+    enumerable, and each trained model of the store at that length."""
+    print(f"{result['theorem']} ({result['source']}): {result['statement']}")
+    print(f"bound on {result['of']}: {result['bound']}")
+    table = Table.of("N", "bound", "exact one-way (bits)", "trained models (state bits or mH; accuracy)",
+                     title=f"{result['task']}: held = accuracy ≥ {result['held_at']}")
+    for row in result["rows"]:
+        exact = row["exact_one_way"]
+        models = "; ".join(
+            f"{m['model']} ({m['layers']}, {m['width']}): {m.get('state_bits', m.get('mH'))}"
+            f"{'' if m['above_bound'] is None else (' ≥ bound' if m['above_bound'] else ' < bound')}, "
+            f"{'—' if m['accuracy'] is None else format(m['accuracy'], '.3f')} "
+            f"{'held' if m['held'] else 'failed'}" for m in row["models"]) or "—"
+        table.add_row(str(row["N"]), f"{row['bound']:.4g}", "—" if exact is None else str(exact["bits"]), models)
+    show(table)

@@ -54,17 +54,36 @@ def reproduce(name: Annotated[str | None, typer.Argument(help="preset name, e.g.
               finished_only: Annotated[bool, typer.Option("--finished-only", help="train nothing: draw from the "
                                                           "runs of this preset already done in the store (its "
                                                           "title says how many when some are missing)")] = False,
+              explain: Annotated[bool, typer.Option("--explain", help="train nothing: the paper scale against the "
+                                                    "seed, setting by setting (the seed's value and section, ours, "
+                                                    "why they differ, the --set that runs the seed's own)")] = False,
+              markdown: Annotated[bool, typer.Option("--markdown", help="with --explain: the README's table of "
+                                                     "settings that differ (every preset without NAME)")] = False,
+              plan: Annotated[bool, typer.Option("--plan", help="train nothing recorded: time a few steps of each "
+                                                 "group shape here and project the scale's wall time")] = False,
+              plan_seconds: Annotated[float, typer.Option("--plan-seconds", min=1, help="with --plan: measuring "
+                                                          "time after which the other shapes are estimated")]
+              = 120.0,
               json_out: JsonOpt = False) -> None:
-    """Re-run a seed's study from its preset and print its table; writes its figure. --list: every preset."""
+    """Re-run a seed's study from its preset and print its table; writes its figure. --list: every preset;
+    --explain: its paper scale against the seed; --plan: how long a scale takes on this device."""
     from ..api.reproduce import run_preset
     from ..sweeps.presets import load_preset
 
     if list_:
         _list_presets(json_out)
         return
+    if markdown and not explain:
+        raise UserError("--markdown: only with --explain (depthlab reproduce --explain --markdown)")
+    if explain:
+        _explain(name, markdown, json_out, scale)
+        return
     if name is None:
         raise UserError("NAME: name a preset, e.g. depthlab reproduce seed001-depth (depthlab reproduce --list "
                         "lists them)")
+    if plan:
+        _plan(load_preset(name, scale, with_device(set_, device)), store, group_size, plan_seconds, json_out)
+        return
 
     vector = vector_format(format_)
     check_output(out, "--out", folder=True)  # before any training
@@ -83,12 +102,85 @@ def reproduce(name: Annotated[str | None, typer.Argument(help="preset name, e.g.
     console.print(f"figure: {result.get('figure')}\nstore: {db.root}  ({result['seconds']:.0f} s)")
 
 
+def _explain(name: str | None, markdown: bool, json_out: bool, scale: str) -> None:
+    """``--explain``: a preset's paper scale against its seed (or, with ``--markdown``, the README's table)."""
+    from rich.markup import escape
+
+    from ..analysis.tables import Table
+    from ..sweeps import settings
+    from ..sweeps.presets import preset_names
+
+    if markdown:
+        names = [name] if name else preset_names()
+        if name:
+            settings.explain(name)  # an unknown name fails with the allowed ones
+        text = settings.markdown(names)
+        if json_out:
+            emit({"presets": names, "markdown": text})
+        else:
+            typer.echo(text, nl=False)
+        return
+    if name is None:
+        raise UserError("--explain: name a preset (or add --markdown for every preset's table)")
+    out = settings.explain(name)
+    if json_out:
+        emit(out)
+        return
+    if scale != "paper":
+        console.print(f"(--explain describes the paper scale; --scale {scale} shrinks it as its note says)")
+    table = Table.of("setting", "the seed", "ours", "why", title=f"{name} --scale paper against its seed",
+                     title_justify="center")
+    for row in out["settings"]:
+        where = ", ".join(f"{k}={settings.show(v)}" for k, v in (row["where"] or {}).items())
+        seed = f"{row['seed']} ({row['section']})"
+        ours = row["ours"] if row["differs"] else "= the seed"
+        why = (row["why"] or "") + ("\n--set " + " --set ".join(row["seed_set"]) if row["seed_set"] else "")
+        table.add_row(*map(escape, (row["setting"] + (f" ({where})" if where else ""), seed, ours, why)))
+    show(table)
+
+
+def _plan(preset, store: Path | None, group_size: int | None, seconds: float, json_out: bool) -> None:
+    """``--plan``: the scale's projected wall time on this device."""
+    from ..analysis.tables import Table
+    from ..api.reproduce import plan_for
+    from ..store import default_store_path
+
+    setup_threads()
+    out = plan_for(preset, store or default_store_path(), group_size, seconds)
+    name, scale = preset.name, preset.scale
+    if json_out:
+        emit(out)
+        return
+    table = Table.of("task", "model", "runs/group", "groups", "steps", "s/step", "projected",
+                     title=f"{name} --scale {scale}: plan on {out['device']} ({out['threads']} thread"
+                           f"{'s' if out['threads'] != 1 else ''})",
+                     title_justify="center")
+    for d in out["shapes_detail"]:
+        table.add_row(d["task"], d["model"], str(d["runs_per_group"]), str(d["groups"]), f"{d['steps']:,}",
+                      f"{d['seconds_per_step']:.3g}" + ("" if d["measured"] else " (est.)"),
+                      duration(d["projected_seconds"]))
+    show(table)
+    done = f" ({out['done']} already done in the store)" if out["done"] else ""
+    console.print(f"{out['runs']} runs{done} in {out['groups']} groups ({out['shapes']} shapes), {out['steps']:,} "
+                  f"group steps: projected [bold]{duration(out['projected_seconds'])}[/] here — an upper bound "
+                  f"(runs that stop early take less); measured in {out['measured_seconds']:.0f} s.")
+
+
+def duration(seconds: float) -> str:
+    """Seconds in words a plan reads at a glance: 45 s, 12 min, 3.4 h, 5.2 days, 3.1 weeks."""
+    for unit, size in (("weeks", 7 * 86400), ("days", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:.1f} {unit}" if unit in ("weeks", "days", "h") else f"{seconds / size:.0f} {unit}"
+    return f"{seconds:.0f} s"
+
+
 def _list_presets(json_out: bool) -> None:
     """Every preset file, its seed figures and its scales' sizes (a new file in presets/ appears here as it is)."""
     from ..analysis.tables import Table
     from ..sweeps.presets import preset_info, preset_names
+    from ..sweeps.settings import rows
 
-    presets = [preset_info(name) for name in preset_names()]
+    presets = [{**preset_info(name), "settings": rows(name)} for name in preset_names()]
     if json_out:
         emit({"presets": presets})
         return

@@ -331,6 +331,42 @@ def _widths(p: dict[str, Any]) -> dict[str, Any]:
             "seconds": round(time.perf_counter() - started, 3)}
 
 
+@construction("seed003-recurrent-bounds", "Theorems 2, 3, 5, 8, 10, 11 (seed 003)",
+              "seed 003 §3, §4, §5.2, App. C.1, D, E, F.1, G.1",
+              "the state in bits a recurrent model needs at length N (index lookup, equality, nearest neighbour; Dyck: "
+              "one-layer transformers' mH), exact where N is small, beside a store's trained models",
+              {"task": "index_lookup", "lengths": [4, 8, 16, 20, 50, 100, 200, 400], "store": "", "held": 0.95,
+               "precision": 32})
+def _recurrent_bounds(p: dict[str, Any]) -> dict[str, Any]:
+    from .state_bounds import certificate, family
+
+    family(p["task"])  # an unknown task fails first, with the allowed ones
+    lengths = p["lengths"]
+    if not isinstance(lengths, list) or not lengths or not all(
+            isinstance(n, int) and not isinstance(n, bool) and 2 <= n <= 10**6 for n in lengths):
+        raise UserError(f"lengths: a list of integers from 2 to 10^6 (got {lengths!r})")
+    if not 0 < p["held"] <= 1 or p["precision"] not in (16, 32, 64):
+        raise UserError(f"held, precision: need 0 < held ≤ 1 and precision 16, 32 or 64 (got {p['held']}, "
+                        f"{p['precision']})")
+    started = time.perf_counter()
+    records = _store_runs(p["store"]) if p["store"] else []
+    entry = CONSTRUCTIONS["seed003-recurrent-bounds"]
+    return {"construction": entry.name, "parameters": p,
+            **certificate(p["task"], sorted(set(lengths)), records, p["held"], p["precision"]),
+            "seconds": round(time.perf_counter() - started, 3)}
+
+
+def _store_runs(path: str) -> list[dict[str, Any]]:
+    """Every run of the store at ``path`` (read only: a missing store is an error, not an empty one)."""
+    from pathlib import Path
+
+    from ..store import Store, database_path
+
+    if not database_path(Path(path)).is_file():
+        raise UserError(f"store: no depthlab store at {path}")
+    return Store(Path(path)).find_runs()
+
+
 def listing() -> list[dict[str, Any]]:
     return [{"name": c.name, "theorem": c.theorem, "source": c.source, "summary": c.summary,
               "parameters": dict(c.parameters)} for c in CONSTRUCTIONS.values()]

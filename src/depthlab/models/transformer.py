@@ -56,7 +56,9 @@ class TransformerSpec(ModelSpec):
     d_head: int | None = Field(None, ge=1, description="head size; None = width / heads")
     mlp: bool = True
     d_mlp: int | None = Field(None, ge=1, description="MLP hidden size; None = 4 × width")
-    positional: Literal["learned", "sinusoidal", "rotary", "onehot"] = "learned"
+    positional: Literal["learned", "sinusoidal", "rotary", "onehot", "none"] = Field(
+        "learned", description="positions: learned, sinusoidal, rotary, onehot (concatenated) or none (only what the "
+                               "inputs carry, e.g. seed 002's rotary features concatenated by the task)")
     causal: bool = True
     init_std: float | None = Field(None, gt=0, description="normal init std; None = 0.8/√width (TransformerLens)")
 

@@ -29,7 +29,7 @@ from typing import Any
 from ..captions import CAPTIONS, figures_in
 from ..config import RunConfig, apply_overrides, expand_sweep, load_yaml
 from ..errors import UserError
-from .climb import Study, most_runs, study_from_mapping
+from .climb import Study, most_runs, study_from_mapping, study_runs
 
 
 def preset_dir() -> Path:
@@ -68,6 +68,12 @@ class Preset:
         return [run for sweep in self.sweeps for run in sweep]
 
     @property
+    def every_run(self) -> list[RunConfig]:
+        """Every run the scale may train: its sweeps' runs, and every depth, width, value and seed of its studies
+        (which stop climbing once settled, so they train at most these)."""
+        return list(self.runs) + [run for study in self.studies for run in study_runs(study)]
+
+    @property
     def size(self) -> str:
         """How much work, in words: ``36 runs``, or ``4 capability studies (at most 48 runs)``."""
         if not self.studies:
@@ -103,31 +109,52 @@ def preset_figures(name: str, raw: dict[str, Any]) -> list[str]:
 
 def preset_figures_of(name: str) -> list[str]:
     """The seed figures of the preset ``name`` (:func:`preset_figures`), without loading its scales."""
-    return preset_figures(name, _read(name))
+    return preset_figures(name, read_preset(name))
 
 
 def preset_info(name: str) -> dict[str, Any]:
     """What ``depthlab reproduce --list`` shows of a preset: ``name``, ``title``, ``reproduces``, ``figures``,
     ``summary`` and per scale its ``size`` in words, the ``runs`` it trains at most and its ``note``."""
-    raw = _read(name)
-    scales = {scale: load_preset(name, scale) for scale in raw.get("scales", {})}
+    raw = read_preset(name)
+    path = preset_path(name)
+    scales = {scale: _scale_info(name, scale, str(path), path.stat().st_mtime_ns) for scale in raw.get("scales", {})}
     first = next(iter(scales.values()), None)
     return {"name": name, "title": raw.get("title", name), "reproduces": raw.get("reproduces", ""),
-            "figures": preset_figures(name, raw), "summary": first.summary if first else None,
-            "scales": {scale: {"size": p.size, "runs": p.most_runs, "note": p.note} for scale, p in scales.items()}}
+            "figures": preset_figures(name, raw), "summary": first["summary"] if first else None,
+            "scales": {scale: {k: v for k, v in info.items() if k != "summary"} for scale, info in scales.items()}}
 
 
-def _path(name: str) -> Path:
+def _scale_info(name: str, scale: str, path: str, mtime_ns: int) -> dict[str, Any]:
+    """A scale's size in words, its most runs, its note and summary."""
+    p = shared_preset(name, scale)
+    return {"size": p.size, "runs": p.most_runs, "note": p.note, "summary": p.summary}
+
+
+def shared_preset(name: str, scale: str) -> Preset:
+    """``load_preset(name, scale)`` without overrides, loaded once per file version and shared: for reading only
+    (loading validates every run, seconds for the paper scales' thousands; ``--list``, ``--explain`` and the
+    settings checks read the same scales)."""
+    path = preset_path(name)
+    return _shared(name, scale, str(path), path.stat().st_mtime_ns)
+
+
+@lru_cache(maxsize=64)
+def _shared(name: str, scale: str, path: str, mtime_ns: int) -> Preset:
+    return load_preset(name, scale)
+
+
+def preset_path(name: str) -> Path:
+    """The file of preset ``name`` (a UserError naming the presets when there is none)."""
     path = preset_dir() / f"{name}.yaml"
     if not path.exists():
         raise UserError(f"reproduce: unknown preset {name!r}; allowed: {', '.join(preset_names())}")
     return path
 
 
-def _read(name: str) -> dict[str, Any]:
+def read_preset(name: str) -> dict[str, Any]:
     """A preset file's mapping, parsed once per file version (``--list`` reads every scale of every preset, and
     the YAML parser took 3.5 of its 6 s); a copy, so a caller's edits never reach the cache."""
-    path = _path(name)
+    path = preset_path(name)
     return copy.deepcopy(_parse(path, path.stat().st_mtime_ns))
 
 
@@ -138,12 +165,12 @@ def _parse(path: Path, mtime_ns: int) -> dict[str, Any]:
 
 def recipe(name: str) -> dict[str, Any]:
     """A preset's shared top-level ``model`` and ``train`` settings (the ones its studies measured to work)."""
-    raw = _read(name)
+    raw = read_preset(name)
     return {"model": raw.get("model") or {}, "train": raw.get("train") or {}}
 
 
 def load_preset(name: str, scale: str, overrides: list[str] | None = None) -> Preset:
-    raw = _read(name)
+    raw = read_preset(name)
     preset_figures(name, raw)  # a wrong figures list fails before any training
     scales = raw.get("scales", {})
     if scale not in scales:

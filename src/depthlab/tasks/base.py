@@ -67,6 +67,7 @@ class Task(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: ClassVar[str]
+    title: ClassVar[str] = ""  # the seed's name for it, as figures and tables title it (default: ``name``)
     section: ClassVar[str]  # where the seed defines it, e.g. "seed 001 §4.2"
     summary: ClassVar[str]
     # How evaluation data relates to training data, said in every table that shows this task.
@@ -177,6 +178,13 @@ def register(cls: type[Task]) -> type[Task]:
     """Class decorator: make a task available by its ``name`` everywhere (CLI, configs, sweeps)."""
     TASKS[cls.name] = cls
     return cls
+
+
+def task_title(name: str) -> str:
+    """The seed's name of the registered task ``name`` (its ``title``), as figures title it; ``name`` itself for a
+    task without one or not registered (a plugin's, read back from a store)."""
+    cls = TASKS.get(name)
+    return (cls.title if cls is not None else "") or name
 
 
 # --- helpers shared by tasks ----------------------------------------------------------------------------

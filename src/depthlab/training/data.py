@@ -105,6 +105,12 @@ class DataStream:
         self.pending = None
 
 
+def eval_examples(task: Task) -> int:
+    """How many examples :func:`eval_set` scores a run of ``task`` on, without building them."""
+    size = task.dataset_size("eval")
+    return size if size <= EXHAUSTIVE_EVAL_LIMIT else SAMPLED_EVAL_EXAMPLES
+
+
 def eval_set(task: Task) -> tuple[Batch, bool]:
     """The evaluation data every run of this task is scored on, and whether it is the whole dataset."""
     if task.dataset_size("eval") <= EXHAUSTIVE_EVAL_LIMIT:
@@ -112,6 +118,55 @@ def eval_set(task: Task) -> tuple[Batch, bool]:
         if full is not None:
             return full, True
     return task.sample(SAMPLED_EVAL_EXAMPLES, np.random.default_rng(EVAL_SEED), "eval"), False
+
+
+class FixedDataStream(DataStream):
+    """A fixed training set of ``examples`` examples, cycled (``train.train_examples``; seed 002 §7.1: "2^20
+    randomly generated training examples", §8.1 and §9.1: "262k").
+
+    The set is the run's own: chunk c of it is ``task.sample`` of one chunk's examples from a generator seeded
+    with (run seed, c), so it is the same chunk every epoch and the set is never all in memory (2^20 retrieval
+    examples are about a gigabyte). Epoch e visits the chunks in an order drawn from (run seed, e) and each
+    chunk's examples in an order drawn from (run seed, e, c): every example exactly once per epoch, shuffled
+    across and within chunks (not one uniform permutation of the whole set). The state is the chunk counter and
+    the position in the chunk, so a resumed run sees exactly the batches it would have seen.
+    """
+
+    def __init__(self, task: Task, seed: int, batch_size: int, examples: int, batches: int | None = None) -> None:
+        super().__init__(task, seed, batch_size, batches)
+        per_set = examples // batch_size  # batches in the set (train_examples is a multiple of the batch size)
+        most = max(1, CHUNK_EXAMPLES // batch_size)
+        self.steps_per_chunk = max(d for d in range(1, min(most, per_set) + 1) if per_set % d == 0)
+        self.chunks = per_set // self.steps_per_chunk
+        self.seed, self.counter = seed, 0
+        self.chunk_state = 0
+        self.pos = self.steps_per_chunk
+
+    def _sample_chunk(self) -> tuple[Any, Batch]:
+        counter, self.counter = self.counter, self.counter + 1
+        epoch, slot = divmod(counter, self.chunks)
+        chunk = int(np.random.default_rng([self.seed, 0xE0C, epoch]).permutation(self.chunks)[slot])
+        n = self.batch_size * self.steps_per_chunk
+        batch = self.task.sample(n, np.random.default_rng([self.seed, 0xF1CED, chunk]), "train")
+        return counter, batch.take(np.random.default_rng([self.seed, 0xE0C, epoch, chunk]).permutation(n))
+
+    def state(self) -> dict[str, Any]:
+        return {"chunk": self.chunk_state, "pos": self.pos}
+
+    def restore(self, state: dict[str, Any], drawn: int) -> None:
+        self.close()
+        self.counter = int(state["chunk"])
+        self.drawn = drawn - state["pos"]
+        self._refill()
+        self.pos, self.drawn = state["pos"], drawn
+
+
+def data_stream(task: Task, seed: int, batch_size: int, batches: int | None = None,
+                examples: int | None = None) -> DataStream:
+    """A run's training data: fresh examples every step, or a fixed set of ``examples`` cycled."""
+    if examples is None:
+        return DataStream(task, seed, batch_size, batches)
+    return FixedDataStream(task, seed, batch_size, examples, batches)
 
 
 class GroupBatches:

@@ -27,7 +27,7 @@ from ..config import RunConfig
 from ..models import TaskShapes, build_model
 from ..store import Store, atomic_write_bytes
 from .checkpoint import STOP_SIGNALS, WEIGHTS, CheckpointError, Owner, layout_of, load_checkpoint, save_checkpoint
-from .data import EVAL_SEED, DataStream, GroupBatches, eval_set
+from .data import EVAL_SEED, GroupBatches, data_stream, eval_set
 from .device import GraphedStep, autocast, graph_plan, prepare, resolve_device
 from .evaluate import evaluate, read_tensor
 from .footprint import check_group
@@ -52,7 +52,8 @@ class _Run:
 
     def __init__(self, config: RunConfig, run_id: str, folder: Path) -> None:
         self.config, self.id, self.folder = config, run_id, folder
-        self.stream = DataStream(config.task, config.seed, config.train.batch_size, config.train.steps)
+        train = config.train
+        self.stream = data_stream(config.task, config.seed, train.batch_size, train.steps, train.train_examples)
         self.step = 0
         self.seen = 0  # examples since the last log point (their loss and hits are summed in Group.sums)
         self.final = False  # resumed from the checkpoint its final evaluation wrote (killed before recording it)
