@@ -494,7 +494,9 @@ def test_every_output_path_is_checked_before_any_work(tmp_path, store_copy):
              (["attention", rid(run_config(0)), "--out", "/dev/null", "--store", str(store_copy)],
               "/dev/null is a character device"),
              (["attention", rid(run_config(0)), "--out", "a.exe", "--store", str(store_copy)],
-              "--out: a.exe must end in .png, .svg, .pdf")]
+              "--out: a.exe must end in .png, .svg, .pdf"),
+             (["atlas", "--out", str(tmp_path / "a-file"), "--store", str(tmp_path / "s")],
+              "is a file; give the path of a folder")]
     for args, needle in cases:
         one_line_exit_2(run_depthlab(*args), needle)
     assert not (tmp_path / "s").exists()

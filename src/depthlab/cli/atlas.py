@@ -21,6 +21,7 @@ from .common import (
     StoreOpt,
     WorkersOpt,
     check_executor,
+    check_output,
     console,
     emit,
     open_store,
@@ -61,6 +62,7 @@ def atlas(scale: Annotated[str, typer.Option(help="quick (about an hour of one C
 
     check_executor(executor, address)
     vector = vector_format(format_)
+    check_output(out, "--out", folder=True)  # before any training
     plan = load_atlas(scale, tasks, families, with_device(set_, device, executor, workers))
     if plan_only:
         _show_plan(plan, json_out)
