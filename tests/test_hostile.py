@@ -581,9 +581,9 @@ def test_report_figures_are_read_bounded(tmp_path):
     (tmp_path / "ok.png").write_bytes(b"\x89PNG")
     for name, needle in (("zero.png", "is a character device"), ("fifo.png", "is a FIFO"),
                          ("big.png", "more than the 8,000,000 bytes"), ("gone.png", "missing file")):
-        html = gallery._image(str(tmp_path / name))
+        html = gallery.embedded_png(str(tmp_path / name))
         assert needle in html and "base64" not in html, html
-    assert "data:image/png;base64,iVBORw==" in gallery._image(str(tmp_path / "ok.png"))
+    assert "data:image/png;base64,iVBORw==" in gallery.embedded_png(str(tmp_path / "ok.png"))
 
 
 def test_a_torch_state_dict_past_the_memory_budget_is_refused_before_torch_reads_it(tmp_path, monkeypatch):
