@@ -35,8 +35,9 @@ test: install-test chromium
 	$(BIN)/ruff check src tests benchmarks mutation
 	$(BIN)/python -m pytest -n 2 --dist loadfile
 
-# Mutation testing of the engine, the optimizer, checkpoints, data, the attention kernel and the constructions (not
-# in CI: an hour or more; `mutation/run.py --only optim` for one module). Results in mutants/ (README: Mutation testing).
+# Mutation testing of the engine, the optimizer, checkpoints, data, the attention kernel and the constructions (not in
+# CI: 3,796 mutants, an estimated hour for the training modules and hours for the constructions; `mutation/run.py
+# --only optim` for one module). Results in mutants/ (README: Mutation testing).
 mutants: install-test
 	$(BIN)/pip install -q -e ".[mutation]"
 	$(BIN)/python mutation/run.py

@@ -270,3 +270,22 @@ def test_every_scale_of_the_atlas_is_valid(scale):
     atlas = load_atlas(scale)
     assert atlas.studies and {s.family for s in atlas.studies} >= {"attention_only", "transformer", "lstm"}
     assert {s.task for s in atlas.studies} >= {"icqa", "retrieval", "index_lookup", "induction"}
+
+
+def test_the_plan_projects_its_wall_time_leaving_out_finished_runs(tiny, tmp_path):
+    from depthlab.api.atlas import plan_time
+    from depthlab.api.reproduce import existing_store
+
+    atlas = load_atlas("quick", tasks="icqa", families="transformer", path=tiny)
+    runs = atlas.every_run
+    assert len(runs) == atlas.most_runs == 4  # one cell, depths 1-2, two seeds
+    store = Store(tmp_path / "store")
+    finished = store.create_run(runs[0].to_dict(), "icqa", "transformer")
+    store.finish_run(finished, {"accuracy": 1.0})
+    timing = plan_time(atlas, store, None, 0.01)  # one shape measured, the other estimated from it
+    assert (timing["runs"], timing["done"], timing["groups"]) == (3, 1, 2)
+    assert [d["measured"] for d in timing["shapes_detail"]] == [True, False]
+    assert timing["steps"] == 5 * 2 and timing["projected_seconds"] > 0 and timing["upper_bound"]
+    assert existing_store(tmp_path / "none") is None and not (tmp_path / "none").exists()  # a plan creates nothing
+    result = CliRunner().invoke(app, ["atlas", "--plan-seconds", "5"])
+    assert isinstance(result.exception, UserError) and "only with --plan" in str(result.exception)

@@ -124,5 +124,5 @@ def test_runs_that_leave_at_different_steps_leave_the_others_as_if_alone(tmp_pat
     for c, steps in finished:
         # measured (one thread): at most 1.7e-6; another run's optimizer state after a leave: 0.27 of the largest
         assert_same_weights(final_weights(store, c), plain_loop(c, steps)[0], 1e-4, f"lr {c.train.lr}, {steps} steps")
-    left_at = [steps for _, steps in finished]
-    assert len(left_at) == len(configs) - 1 and len(set(left_at)) == len(left_at)  # each at its own step
+    left_at = [steps for _, steps in finished]  # runs 1, 2, 3: the last leaves first, the second next, the third ends
+    assert len(left_at) == 3 and left_at[2] < left_at[0] < left_at[1] == configs[2].train.steps, left_at

@@ -46,12 +46,16 @@ def test_a_head_list_has_one_colour_in_every_panel_of_seed001_figures_4_to_7():
 
 def test_strength_histograms_share_their_bins_and_none_hides_another():
     rng = np.random.default_rng(0)
-    fig = strength_figure({"1 layer": rng.normal(0, 0.1, 500), "2 layers": rng.normal(20, 5, 500)}, "seed 004")
+    untrained = rng.normal(0, 0.1, 500)
+    fig = strength_figure({"one-hot, 1 layer": untrained, "2 layers": rng.normal(20, 5, 500),
+                           "GPT-style, 1 layer": untrained.copy()}, "seed 004")
     ax = fig.axes[0]
     outlines = [p for p in ax.patches if isinstance(p, Polygon)]
-    assert len(outlines) == 2 and all(not p.get_fill() for p in outlines)  # outlines: nothing drawn over
+    assert len(outlines) == 3 and all(not p.get_fill() for p in outlines)  # outlines: nothing drawn over
     edges = [np.unique(np.round(p.get_xy()[:, 0], 9)) for p in outlines]
-    assert np.array_equal(edges[0], edges[1])  # the same bins for both models
+    assert all(np.array_equal(edges[0], e) for e in edges[1:])  # the same bins for every model
+    assert np.array_equal(outlines[0].get_xy(), outlines[2].get_xy())  # the two untrained models coincide …
+    assert outlines[0].get_linewidth() > outlines[1].get_linewidth() > outlines[2].get_linewidth()  # … both show
     assert fig._suptitle is not None and "seed 004" in fig._suptitle.get_text()
 
 

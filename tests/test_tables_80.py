@@ -54,3 +54,19 @@ def test_the_seed004_capacity_table_fits_80_columns_with_every_number_whole():
     for row in table.rows:
         assert any(all(cell in line for cell in row) for line in lines), row  # the run's row on one line
     assert numbers_whole(lines, ["16384", "0.994", "25.40", "-0.16"])
+
+
+def test_a_length_table_of_four_lengths_with_searched_settings_fits_80_columns_and_loses_no_column():
+    """Cells with a search's settings ("0.987 (lr 1e-03)") wrap between words; every column stays on screen."""
+    from depthlab.analysis.lengths import length_table
+
+    labels = {"TF-(1, 64)": "transformer", "LinTF-(2, 64)": "linear_transformer", "LSTM-(1, 128)": "lstm"}
+    rows = [{"task_label": "index_lookup", "label": label, "model": model, "length": n, "accuracy": 0.5 + n / 1000,
+             "seeds": 3, "tried": 2, "settings": {"train.lr": 0.001}, "state_size": 123456, "chance": 1 / 64,
+             "eval_protocol": "fresh strings", "eval_examples": 1000}
+            for label, model in labels.items() for n in (20, 50, 100, 200)]
+    lines = rendered(length_table(rows, "seed 003 index lookup (seed 003 Figure 2)"))
+    assert max(len(line) for line in lines) <= 80
+    text = "\n".join(lines)
+    assert all(text.count(f"{0.5 + n / 1000:.3f}") == 3 for n in (20, 50, 100, 200))  # every accuracy whole
+    assert text.count("0.016") == 3 and "N=200" in text and text.count("123,456") == 3  # the last columns shown

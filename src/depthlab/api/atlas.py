@@ -138,6 +138,18 @@ def run_atlas(plan: AtlasPlan, store: Store, train: Train | None, out: Path | No
     return result, [atlas_table(cells, f"{title} (target {plan.target:g}, strict majority of seeds)")]
 
 
+def plan_time(plan: AtlasPlan, store: str | Path | Store | None = None, group_size: int | None = None,
+              max_seconds: float | None = 120.0) -> dict[str, Any]:
+    """How long the atlas may take on this device: :func:`depthlab.sweeps.plan.plan_runs` of every run of every
+    study (each cell climbed to its last depth: an upper bound), the runs finished in ``store`` left out; what
+    ``depthlab atlas --plan --plan-seconds S --json`` prints under ``time``."""
+    from ..sweeps.plan import plan_runs
+    from .reproduce import done_runs, existing_store
+
+    runs = plan.every_run
+    return plan_runs(runs, group_size, max_seconds, done_runs(existing_store(store), runs))
+
+
 def atlas(scale: str = "quick", *, tasks: str | list[str] | None = None, families: str | list[str] | None = None,
           store: str | Path | Store | None = None, out: str | Path | None = None, finished_only: bool = False,
           progress: bool = False, group_size: int | None = None, executor: str = "local",

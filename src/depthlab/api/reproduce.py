@@ -160,13 +160,18 @@ def plan(name: str, scale: str = "quick", *, store: str | Path | Store | None = 
 def plan_for(preset: Preset, store: str | Path | Store | None = None, group_size: int | None = None,
              max_seconds: float | None = 120.0) -> dict[str, Any]:
     """:func:`plan` of a loaded preset (``store``: a store or the path of one; a path with no store is no store)."""
-    from ..store import Store as LowLevelStore
-    from ..store import database_path
     from ..sweeps.plan import plan_preset
 
-    db = store if isinstance(store, LowLevelStore) else (
+    return plan_preset(preset, group_size, max_seconds, done_runs(existing_store(store), preset.every_run))
+
+
+def existing_store(store: str | Path | Store | None) -> Store | None:
+    """``store`` opened when it exists (a path with no store is no store: a plan creates nothing)."""
+    from ..store import Store as LowLevelStore
+    from ..store import database_path
+
+    return store if isinstance(store, LowLevelStore) else (
         LowLevelStore(Path(store)) if store is not None and database_path(Path(store)).is_file() else None)
-    return plan_preset(preset, group_size, max_seconds, done_runs(db, preset.every_run))
 
 
 def explain(name: str) -> dict[str, Any]:

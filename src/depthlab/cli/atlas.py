@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from ..errors import UserError
 from .app import app
 from .common import (
     AddressOpt,
@@ -21,6 +22,7 @@ from .common import (
     StoreOpt,
     WorkersOpt,
     check_executor,
+    check_output,
     console,
     emit,
     open_store,
@@ -43,6 +45,10 @@ def atlas(scale: Annotated[str, typer.Option(help="quick (about an hour of one C
           = False,
           plan_only: Annotated[bool, typer.Option("--plan", help="train nothing: list the studies, their bounds' "
                                                   "sources and the most runs they may train")] = False,
+          plan_seconds: Annotated[float | None, typer.Option("--plan-seconds", min=1, help="with --plan: also "
+                                                             "time a few steps of each group shape here (this "
+                                                             "long at most, the other shapes estimated) and "
+                                                             "project the wall time")] = None,
           set_: SetOpt = None, store: StoreOpt = None,
           out: Annotated[Path | None, typer.Option(help="folder for the heat maps (default: <store>/figures)")]
           = None,
@@ -60,10 +66,20 @@ def atlas(scale: Annotated[str, typer.Option(help="quick (about an hour of one C
     from ..sweeps.atlas import load_atlas
 
     check_executor(executor, address)
+    if plan_seconds is not None and not plan_only:
+        raise UserError("--plan-seconds: only with --plan (depthlab atlas --plan --plan-seconds 120)")
     vector = vector_format(format_)
+    check_output(out, "--out", folder=True)  # before any training
     plan = load_atlas(scale, tasks, families, with_device(set_, device, executor, workers))
     if plan_only:
-        _show_plan(plan, json_out)
+        timing = None
+        if plan_seconds is not None:
+            from ..api.atlas import plan_time
+            from ..store import default_store_path
+
+            setup_threads()
+            timing = plan_time(plan, store or default_store_path(), group_size, plan_seconds)
+        _show_plan(plan, json_out, timing)
         return
     threads = setup_threads()
     db = open_store(store)
@@ -96,7 +112,7 @@ def atlas(scale: Annotated[str, typer.Option(help="quick (about an hour of one C
     console.print(f"store: {db.root}  ({result['seconds']:.0f} s)")
 
 
-def _show_plan(plan, json_out: bool) -> None:
+def _show_plan(plan, json_out: bool, timing: dict | None = None) -> None:
     """The studies of the plan: task, family, axis and sizes, depths, seeds, where the study comes from, and the most
     runs and group steps (a cell's seeds train as one group) it may train: every cell climbed to its last depth."""
     from ..analysis.tables import Table
@@ -114,7 +130,8 @@ def _show_plan(plan, json_out: bool) -> None:
                      "most_group_steps": runs // len(s.study.seeds) * steps, "source": s.source})
     if json_out:
         emit({"scale": plan.scale, "note": plan.note, "studies": rows, "most_runs": plan.most_runs,
-              "most_group_steps": sum(r["most_group_steps"] for r in rows), "left_out": plan.left_out})
+              "most_group_steps": sum(r["most_group_steps"] for r in rows), "left_out": plan.left_out,
+              **({"time": timing} if timing else {})})
         return
     table = Table.of("task", "family", "sizes", "depths", "seeds", "steps", "runs ≤", "from",
                      title=f"depth atlas {plan.scale}: {len(rows)} studies, at most {plan.most_runs} runs")
@@ -125,3 +142,11 @@ def _show_plan(plan, json_out: bool) -> None:
     show(table)
     for item in plan.left_out:
         console.print(f"left out: {item.get('task') or item['family']}: {item['why']}")
+    if timing:
+        from .reproduce import duration
+
+        done = f" ({timing['done']} already done in the store)" if timing["done"] else ""
+        console.print(f"{timing['runs']} runs{done} in {timing['groups']} groups: projected [bold]"
+                      f"{duration(timing['projected_seconds'])}[/] on {timing['device']} ({timing['threads']} "
+                      f"threads) — an upper bound (every cell climbed to its last depth, every run to its last "
+                      f"step); measured in {timing['measured_seconds']:.0f} s.")

@@ -198,13 +198,14 @@ def run_sweep(runs: list, store: Store, group_size: int | None, quiet: bool, des
 
 def rich_table(table: Table) -> RichTable:
     """``table`` as a rich table. Where the terminal is narrow (80 columns when piped) a right-aligned column (a
-    number's) keeps the width of its widest cell, so no number is split or cut, and a word too long for its column
-    (a header's) folds onto the next line rather than losing its end to an ellipsis."""
+    number's) is never narrower than the widest word of its cells, so a cell may wrap between words ("0.987" over
+    "(lr 1e-03)") but no number is split or cut, and a word too long for its column (a header's) folds onto the
+    next line rather than losing its end to an ellipsis."""
     out = RichTable(title=table.title, title_justify=table.title_justify, caption=table.caption,
                     caption_justify=table.caption_justify,
                     **({"box": box.SIMPLE_HEAD, "pad_edge": False, "collapse_padding": True} if table.compact else {}))
     for i, column in enumerate(table.columns):
-        widest = max((len(line) for row in table.rows for line in str(row[i]).splitlines()), default=0)
+        widest = max((len(word) for row in table.rows for word in str(row[i]).split()), default=0)
         out.add_column(column.header, justify=column.justify, no_wrap=column.no_wrap, overflow="fold",
                        min_width=widest if column.justify == "right" and widest else None)
     for row in table.rows:

@@ -68,6 +68,14 @@ class AtlasPlan:
 
         return sum(most_runs(s.study) for s in self.studies)
 
+    @property
+    def every_run(self) -> list[Any]:
+        """Every run of every depth of every study (what the atlas trains at most)."""
+        from .climb import plan
+
+        return [run for s in self.studies for _, by_depth in plan(s.study) for runs in by_depth.values()
+                for run in runs]
+
 
 def _names(text: str | list[str] | None, known: list[str], where: str) -> list[str] | None:
     """``a,b`` (or a list) checked against ``known``; None when not given."""
@@ -102,12 +110,14 @@ def _entry_studies(entry: dict[str, Any], scale_raw: dict[str, Any], families: d
     unknown = [k for k in entry if k not in ENTRY_KEYS]
     if unknown:
         raise UserError(f"{where}.{unknown[0]}: unknown key; allowed: {', '.join(ENTRY_KEYS)}")
+    names = entry.get("families") or scale_raw.get("families") or []
+    if wanted is not None and not set(names) & set(wanted):
+        return []  # before reading a preset: none of its families is asked for
     preset = (_preset_study(entry["preset"], entry.get("study", ""), entry.get("preset_scale", scale), where)
               if entry.get("preset") else None)
     task = copy.deepcopy(preset.base["task"] if preset else entry.get("task"))
     if not isinstance(task, dict) or "name" not in task:
         raise UserError(f"{where}.task: a task mapping with a name, or preset: NAME with study: TASK")
-    names = entry.get("families") or scale_raw.get("families") or []
     out = []
     for family in names:
         if wanted is not None and family not in wanted:
