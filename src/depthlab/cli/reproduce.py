@@ -3,7 +3,10 @@ task, and the engine's throughput."""
 
 from __future__ import annotations
 
+import json
+import sys
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Annotated
@@ -287,7 +290,7 @@ def bench(runs: Annotated[str | None, typer.Option(help="group sizes to measure,
     if ops:
         _bench_ops(counts, case, device, json_out)
         return
-    show_row = None if json_out else (lambda row: console.print(
+    show_row = _row_printer(json_out, lambda row: console.print(
         f"{row['name']:<11} {row['precision']} R={row['runs']:<3} plain {row['plain_examples_per_s']:>10,.0f}/s "
         f"engine {row['engine_examples_per_s']:>10,.0f}/s  ×{row['speedup']:<6} "
         f"{row['fraction_of_peak']:.0%} of peak  data {row['data_fraction']:.1%}"))
@@ -299,10 +302,18 @@ def bench(runs: Annotated[str | None, typer.Option(help="group sizes to measure,
                   f"{result['peak_gflops_bf16']} GFLOP/s, {threads} threads")
 
 
+def _row_printer(json_out: bool, human: Callable[[dict], None]) -> Callable[[dict], None]:
+    """Each measured row as it comes: for a person a table line, under --json one JSON line on stderr (stdout
+    keeps its one object), so a benchmark stopped at a time limit still leaves what it measured."""
+    if not json_out:
+        return human
+    return lambda row: print(json.dumps(row), file=sys.stderr, flush=True)
+
+
 def _bench_ops(counts: list[int], case: list[str] | None, device: str, json_out: bool) -> None:
     from ..training.opcount import count_ops
 
-    show_row = None if json_out else (lambda row: console.print(
+    show_row = _row_printer(json_out, lambda row: console.print(
         f"{row['name']:<11} R={row['runs']:<3} {row['parameter_tensors']:>3} parameter tensors: "
         f"{row['ops']:>7,.0f} ATen ops/step ({row['top_ops']:,.0f} called directly; optimizer "
         f"{row['optimizer_ops']:,.0f}, data {row['data_ops']:,.0f})"
