@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # torch: the CPU build where the machine offers it (a local wheel here); the project's range admits it.
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: demo test lint install install-test clean chromium
+.PHONY: demo test lint install install-test clean chromium mutants
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +22,7 @@ demo: install
 	$(BIN)/depthlab reproduce seed001-depth --scale quick
 
 lint: install-test
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks mutation
 
 # Debian's Chromium for tests/test_report_browser.py (Playwright drives it; never `playwright install`).
 chromium:
@@ -32,8 +32,15 @@ chromium:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium; }
 
 test: install-test chromium
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks mutation
 	$(BIN)/python -m pytest -n 2 --dist loadfile
+
+# Mutation testing of the engine, the optimizer, checkpoints, data, the attention kernel and the constructions (not in
+# CI: 3,796 mutants, an estimated hour for the training modules and hours for the constructions; `mutation/run.py
+# --only optim` for one module). Results in mutants/ (README: Mutation testing).
+mutants: install-test
+	$(BIN)/pip install -q -e ".[mutation]"
+	$(BIN)/python mutation/run.py
 
 clean:
 	rm -rf $(VENV) depthlab-runs .pytest_cache

@@ -13,9 +13,9 @@ from pathlib import Path
 import depthlab
 
 ROOT = Path(depthlab.__file__).parent
-BASE = {"errors"}  # what every package may import
+BASE = {"errors", "bounded"}  # what every package may import (bounded: reading untrusted input)
 ALLOWED = {  # the packages at the bottom import nothing above them
-    "tasks": BASE, "models": BASE, "store": BASE, "errors": set(), "memory": BASE,
+    "tasks": BASE, "models": BASE, "store": BASE, "errors": set(), "bounded": {"errors"}, "memory": BASE,
 }
 NOT_FROM_TRAINING = {"constructions", "analysis", "report", "sweeps", "cli", "draw", "induction", "llm", "api"}
 API_USERS = {"cli", "__init__"}  # the Python API sits above every package but the CLI (and depthlab's own exports)

@@ -129,11 +129,18 @@ def test_a_compiled_step_traces_the_real_forward_and_backward_and_trains_the_sam
     """train.compile wraps the step's forward and loss in torch.compile; traced here with AOT autograd's eager
     backend (the graphs inductor would compile, without its minutes of C++ codegen on a CPU; inductor runs in the
     benchmark and the GPU tests)."""
+    from torch._dynamo.utils import counters
+
     monkeypatch.setattr(engine, "COMPILE_BACKEND", "aot_eager")
     torch._dynamo.reset()
+    counters.clear()
     eager, compiled = Store(tmp_path / "eager"), Store(tmp_path / "compiled")
     a = run_local(runs((0, 1)), eager)
+    assert counters["frames"]["ok"] == 0  # the eager run compiled nothing
     b = run_local(runs((0, 1), compile=True), compiled)
+    # TorchDynamo captured the step's forward as a graph and AOT autograd traced its backward: it really compiled
+    assert counters["frames"]["ok"] >= 1, f"train.compile: TorchDynamo compiled no frame ({dict(counters['frames'])})"
+    assert counters["stats"]["calls_captured"] > 0 and counters["aot_autograd"]["ok"] >= 1
     for run_id in a:
         assert b[run_id]["loss"] == pytest.approx(a[run_id]["loss"], rel=1e-5)
         assert b[run_id]["accuracy"] == pytest.approx(a[run_id]["accuracy"], abs=1 / 64)

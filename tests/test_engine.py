@@ -71,14 +71,19 @@ def test_finished_runs_are_skipped(tmp_path, metric_writes):
 def test_resume_from_checkpoint_continues_exactly(tmp_path):
     whole = config(seed=3, steps=60, checkpoint_every=20)
     full = train_group([whole], Store(tmp_path / "a"))[Store.run_id(whole.to_dict())]
-    # Stop the same run after 40 steps (a shorter run with the same stream), then resume it to 60.
+    # Stop the same run in step 41 (after its checkpoint at 40), then resume it to 60. (A checkpoint of another
+    # run, even one with the same stream, is refused: it belongs to that run.)
     store = Store(tmp_path / "b")
-    partial = config(seed=3, steps=40, checkpoint_every=20)
-    train_group([partial], store)
-    src = store.artifact_path(Store.run_id(partial.to_dict()), "checkpoint", "x").parent
-    dst = store.artifact_path(Store.run_id(whole.to_dict()), "checkpoint", "x").parent
-    for f in src.iterdir():
-        (dst / f.name).write_bytes(f.read_bytes())
+    steps = []
+
+    def crash_in_step_41(n):
+        steps.append(n)
+        if len(steps) == 41:
+            raise RuntimeError("crash")
+
+    with pytest.raises(RuntimeError, match="crash"):
+        train_group([whole], store, progress=crash_in_step_41)
+    assert store.get_run(Store.run_id(whole.to_dict()))["step"] == 41
     resumed = train_group([whole], store)[Store.run_id(whole.to_dict())]
     assert resumed["loss"] == pytest.approx(full["loss"], rel=1e-5)
     assert resumed["accuracy"] == pytest.approx(full["accuracy"], abs=1e-9)

@@ -17,6 +17,8 @@ from depthlab.store import Store
 from depthlab.training.checkpoint import load_checkpoint, save_checkpoint
 from depthlab.training.engine import train_group
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 
 def config(**train):
     return parse_run({

@@ -7,13 +7,23 @@ numbers, negative ones, text, odd characters, paths to missing, unwritable, bina
 generated YAML (a tiny valid run mutated field by field) or random bytes; stores are missing, a file, a folder
 of garbage, empty, or one holding a trained run. Commands are chosen so that a case fails fast or costs little:
 a valid run trains at most a few steps of a tiny model, sizes are checked against a 2 GiB budget, the endpoint
-of ``llm-bench`` refuses connections and retries do not wait. Hypothesis is derandomized: the same cases every
-run (``DEPTHLAB_CLI_FUZZ_EXAMPLES`` changes how many; with it set, they are random).
+of ``llm-bench`` refuses connections and retries do not wait. Two tests are hostile on purpose (issue 32): files
+that are random bytes, YAML nested thousands deep or exploding through aliases, files past the size limits and
+special files (``/dev/zero``, a FIFO, symlinks to them, a folder, a dangling symlink) given as a config, a plugin,
+a circuit, a store's database and a run's checkpoint; and a chat-completions server on 127.0.0.1 answering
+``llm-bench`` with generated statuses, bodies (random bytes, deep JSON, wrong shapes, past the size cap),
+compression headers and trickles. Hypothesis is derandomized: the same cases every run
+(``DEPTHLAB_CLI_FUZZ_EXAMPLES`` changes how many; with it set, they are random).
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.metadata
+import json
 import os
+import shutil
+from pathlib import Path
 
 import pytest
 import typer
@@ -22,13 +32,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import run_depthlab
+from depthlab import plugins
 from depthlab.cli import app
 from depthlab.config import parse_run
 from depthlab.llm import runners
 from depthlab.store import Store
 from depthlab.tasks import TASKS
+from hostile_http import Answer, HostileServer
 
-EXAMPLES = int(os.environ.get("DEPTHLAB_CLI_FUZZ_EXAMPLES", 130))  # per test; 4 tests
+EXAMPLES = int(os.environ.get("DEPTHLAB_CLI_FUZZ_EXAMPLES", 100))  # per test; 6 tests
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck),
                 derandomize="DEPTHLAB_CLI_FUZZ_EXAMPLES" not in os.environ, database=None)
 BUDGET = "2GiB"  # DEPTHLAB_MEMORY during the fuzz: what cannot fit in it is refused, nothing big is allocated
@@ -116,12 +128,20 @@ def world(tmp_path_factory):
     return root
 
 
+@functools.cache
+def installed_entry_points(group: str) -> tuple:
+    """The entry points of ``group``, read once: scanning the installed packages took 0.1 s of every case."""
+    return tuple(importlib.metadata.entry_points(group=group))
+
+
 @pytest.fixture
 def sandbox(world, monkeypatch):
     """Each case starts from the same state: the cwd, $DEPTHLAB_STORE, the memory budget, no plugins, the task
-    registry as it was, retries that do not wait; files the case needs are written into ``cases/``."""
+    registry as it was, retries that do not wait; files the case needs are written into ``cases/``. The installed
+    entry points are read once per module (they cannot change between cases)."""
     monkeypatch.chdir(world)
     monkeypatch.setattr(runners, "_sleep", lambda seconds: None)
+    monkeypatch.setattr(plugins, "entry_points", lambda group: installed_entry_points(group))
     tasks, environment = dict(TASKS), dict(os.environ)
 
     def reset(files: dict[str, bytes] | None = None) -> None:
@@ -247,3 +267,133 @@ def test_root_options_and_plugin_files(sandbox, case):
     args, files = case
     sandbox(files)
     check(args)
+
+
+# ------------------------------------------------------------------------------------- hostile inputs (issue 32)
+
+
+def deep_yaml(depth: int, flow: bool) -> bytes:
+    if flow:
+        return ("task: " + "[" * depth + "]" * depth).encode()
+    return ("task:\n" + "".join(" " * i + "- a:\n" for i in range(1, depth))).encode()
+
+
+def laughs(fan: int, levels: int) -> bytes:
+    lines = [f"a0: &a0 [{', '.join(['x'] * fan)}]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * fan)}]" for i in range(1, levels)]
+    return ("\n".join(lines) + "\ntask: *a" + str(levels - 1) + "\n").encode()
+
+
+hostile_bytes = st.one_of(
+    st.binary(max_size=256),
+    st.builds(deep_yaml, st.integers(1, 3000), st.booleans()),
+    st.builds(laughs, st.integers(2, 12), st.integers(2, 9)),
+    st.builds(lambda n, tail: b"#" * n + tail, st.sampled_from([(1 << 20) - 8, (1 << 20) + 1]), st.binary(max_size=8)),
+    st.builds(lambda digits: f"seed: {'9' * digits}\n".encode(), st.integers(4000, 6000)),
+    run_files,
+)
+SPECIAL = ["/dev/zero", "fifo", "to-zero", "folder", "dangling"]  # special files a path may name
+HOSTILE_USES = ["config", "sweep", "plugin", "circuit", "database", "checkpoint"]
+
+
+def place(world: Path, content: bytes | str, use: str) -> Path:
+    """The hostile file (bytes, or one of SPECIAL) where ``use`` reads it; returns the path to give."""
+    cases = world / "cases"
+    target = cases / ("hostile.py" if use == "plugin" else "hostile.yaml")
+    if use in ("database", "checkpoint"):
+        store = cases / "hostile-store"
+        if store.exists():
+            shutil.rmtree(store)
+        shutil.copytree(world / "trained", store)
+        target = store / ("depthlab.sqlite" if use == "database" else f"artifacts/{TRAINED}/checkpoint.safetensors")
+    if target.is_dir() and not target.is_symlink():
+        shutil.rmtree(target)
+    elif target.is_symlink() or target.exists():  # a file, a FIFO (writing to one would wait for a reader)
+        target.unlink()
+    if isinstance(content, bytes):
+        target.write_bytes(content)
+    elif content == "/dev/zero" and use not in ("database", "checkpoint"):
+        return Path("/dev/zero")
+    elif content in ("/dev/zero", "to-zero"):
+        target.symlink_to("/dev/zero")
+    elif content == "fifo":
+        os.mkfifo(target)
+    elif content == "folder":
+        target.mkdir()
+    else:
+        target.symlink_to(cases / "nowhere")
+    return target
+
+
+def hostile_file_case(use: str, content: bytes | str, json_out: bool) -> tuple[str, bytes | str, list[str]]:
+    tail = ["--json"] if json_out else []
+    args = {"config": ["train", "{path}", "--store", "cases/s", *tail],
+            "sweep": ["sweep", "{path}", "--store", "cases/s", "--set", "sweep.seed=[0, 1]", *tail],
+            "plugin": ["--plugin", "{path}", "tasks", *tail],
+            "circuit": ["analyze", "circuit", TRAINED, "{path}", "--store", "trained", "-n", "8", *tail],
+            "database": ["runs", "--store", "cases/hostile-store", *tail],
+            "checkpoint": ["export", TRAINED, "--store", "cases/hostile-store", "--out", "cases/export", *tail]}[use]
+    return use, content, args
+
+
+HOSTILE_FILES = st.builds(hostile_file_case, st.sampled_from(HOSTILE_USES),
+                          hostile_bytes | st.sampled_from(SPECIAL), st.booleans())
+
+
+@given(HOSTILE_FILES)
+@FUZZ
+def test_hostile_files(sandbox, world, case):
+    """Random bytes, deep or exploding YAML, files past the limits and special files as a config, a sweep, a plugin,
+    a circuit, a store's database and a run's checkpoint: one line, exit 0 or 2, nothing read without bound."""
+    use, content, template = case
+    sandbox()
+    path = place(world, content, use)
+    check([str(path) if part == "{path}" else part for part in template])
+
+
+def endpoint_answer(status: int, body: bytes, encoding: str | None, pause: float, length: str) -> Answer:
+    chunks = [body[i : i + 4096] for i in range(0, len(body), 4096)] or [b""]
+    headers = {"Content-Encoding": encoding} if encoding else {}
+    return Answer(status, chunks, pause, headers, {"true": -1, "none": None, "short": max(len(body) - 1, 0),
+                                                   "long": len(body) + 10}[length])
+
+
+chat_bodies = st.one_of(
+    st.binary(max_size=200),
+    st.builds(lambda depth: b"[" * depth + b"]" * depth, st.integers(1, 300_000)),
+    st.builds(lambda content: json.dumps({"choices": [{"message": {"content": content}}]}).encode(),
+              st.none() | st.integers() | text | st.lists(st.dictionaries(st.just("text"), text), max_size=3)
+              | st.dictionaries(text, text, max_size=2)),
+    st.builds(lambda obj: json.dumps(obj).encode(), st.recursive(
+        st.none() | st.integers() | text, lambda inner: st.lists(inner, max_size=3)
+        | st.dictionaries(st.sampled_from(["choices", "message", "content", "x"]), inner, max_size=3), max_leaves=8)),
+    st.sampled_from([b"\x00" * ((4 << 20) + 1),  # past the 4 MiB cap, as bytes and as a well-formed answer
+                     b'{"choices": [{"message": {"content": "' + b"a" * (5 << 20) + b'"}}]}']),
+)
+ENDPOINT_ANSWERS = st.builds(endpoint_answer, st.sampled_from([200, 200, 200, 400, 401, 413, 429, 500, 503, 302]),
+                             chat_bodies, st.sampled_from([None, None, "gzip", "br", "identity"]),
+                             st.sampled_from([0.0, 0.0, 0.01]),
+                             st.sampled_from(["true", "true", "none", "short", "long"]))
+
+
+@pytest.fixture(scope="module")
+def endpoint():
+    with HostileServer() as server:
+        yield server
+
+
+@given(ENDPOINT_ANSWERS, st.booleans(), st.sampled_from(["0", "1"]))
+@FUZZ
+def test_hostile_endpoint_answers(sandbox, world, endpoint, monkeypatch, answer, json_out, retries):
+    """llm-bench against generated answers (statuses, bodies, encodings, lengths that lie, trickles): one question,
+    one try, a 0.3 s deadline per request, a new store each time (so every case asks); exit 0 or 2, one stdout line
+    under --json, never a traceback. The figure is neither drawn nor saved (most of a case's time, and not what is
+    fuzzed)."""
+    sandbox()
+    monkeypatch.setattr("depthlab.draw.llm.accuracy_figure", lambda result, title: None)
+    monkeypatch.setattr("depthlab.draw.save", lambda fig, path, vector=None: path)
+    shutil.rmtree(world / "cases" / "llm", ignore_errors=True)
+    endpoint.answer = answer
+    check(["llm-bench", "--endpoint", endpoint.url, "--model-name", "m", "--formulation", "functions", "-n", "1",
+           "--max-tries", "1", "--retries", retries, "--timeout", "0.3", "--store", "cases/llm",
+           *(["--json"] if json_out else [])])

@@ -37,6 +37,10 @@ from depthlab.store import Store
 KEY_ENV = "DEPTHLAB_TEST_LLM_KEY"
 MODEL = "test-model"
 MAX_TRIES = 3
+# The client's --timeout. An answer from this server takes milliseconds (median 13 ms, at most 42 ms, measured on
+# the 2-core machine at a load average of 14), so 3 s leaves almost two orders of magnitude of slack; the "timeout"
+# script never answers in time (it waits until the test ends), so it times out however fast or slow the machine is.
+TIMEOUT = "3"
 SCRIPTS = ("right", "429-then-right", "500-offlist-then-right", "timeout-then-right", "wrong", "never")
 
 
@@ -51,6 +55,7 @@ class ChatServer:
         self.log: list[dict[str, Any]] = []  # every request: prompt, temperature, status
         self.down = False  # answer 503 to everything
         self.refuse = True  # answer 400 to "refused" questions, and to "offlist-then-refused" ones when re-sampled
+        self.closing = threading.Event()  # set when the test ends: a request left hanging gives up
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -67,6 +72,7 @@ class ChatServer:
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
 
     def close(self) -> None:
+        self.closing.set()
         self.httpd.shutdown()
         self.httpd.server_close()
 
@@ -118,8 +124,8 @@ class ChatServer:
                 return self._reply(h, f"I think the answer is {correct}, because it follows.")
             return self._reply(h, f"**{correct.lower()}**.\n")
         if script == "timeout-then-right" and seen == 0:
-            time.sleep(2.5)  # longer than the client's --timeout
-            return self._reply(h, correct)
+            self.closing.wait()  # no answer before the client's --timeout, whatever the machine's speed
+            return None
         resample = body["temperature"] > 0
         if self.refuse and (script == "refused" or (script == "offlist-then-refused" and resample)):
             entry["status"] = 400  # about this question only; the reason even quotes the key, which must not spread
@@ -188,7 +194,7 @@ def _no_key_anywhere(root: Path, key: str, *texts: str) -> None:
 def _bench_args(server: ChatServer, store: Path, n: int, *extra: str) -> list[str]:
     return ["llm-bench", "--endpoint", server.url, "--model-name", MODEL, "--api-key-env", KEY_ENV,
             "--formulation", "equations", "--formulation", "relatives", "--depth", "2-3", "-n", str(n),
-            "--max-tries", str(MAX_TRIES), "--concurrency", "4", "--timeout", "1", "--retries", "2",
+            "--max-tries", str(MAX_TRIES), "--concurrency", "4", "--timeout", TIMEOUT, "--retries", "2",
             "--store", str(store), "--json", *extra]  # fmt: skip
 
 
@@ -273,7 +279,7 @@ def test_failure_mid_run_then_resume_without_asking_again(app, key, sleeps, tmp_
     store_root = tmp_path / "store"
     args = ["llm-bench", "--endpoint", server.url, "--model-name", MODEL, "--api-key-env", KEY_ENV,
             "--formulation", "equations", "--depth", "2", "-n", str(n), "--concurrency", "2",
-            "--timeout", "1", "--retries", "1", "--store", str(store_root), "--json"]  # fmt: skip
+            "--timeout", TIMEOUT, "--retries", "1", "--store", str(store_root), "--json"]  # fmt: skip
     try:
         original = server.handle
 

@@ -140,3 +140,36 @@ def test_a_step_costs_the_same_operations_for_2_or_40_parameter_tensors():
                 opt.step()
             counts.append(sum(e.name.startswith("aten::") for e in prof.events()))
     assert counts[0] == counts[1] and counts[0] <= 80, counts  # 69 with torch 2.13
+
+
+def test_parameters_of_two_dtypes_are_clipped_by_their_joint_norm():
+    """Each run's norm is taken over all its parameters whatever their dtype, as ``clip_grad_norm_`` takes it:
+    run 0's gradient (norm 50 over a float32 and a float64 tensor) is scaled to norm 1, run 1's (norm 0.5) is not."""
+    params = [torch.nn.Parameter(torch.zeros(2, 2, dtype=torch.float32)),
+              torch.nn.Parameter(torch.zeros(2, 1, dtype=torch.float64))]
+    opt = GroupOptimizer(params, [1.0, 1.0], "sgd", grad_clip=1.0)
+    params[0].grad = torch.tensor([[30.0, 0.0], [0.3, 0.0]])
+    params[1].grad = torch.tensor([[40.0], [0.4]], dtype=torch.float64)
+    opt.step()
+    torch.testing.assert_close(params[0].detach(), -torch.tensor([[0.6, 0.0], [0.3, 0.0]]), rtol=1e-6, atol=0)
+    torch.testing.assert_close(params[1].detach(), -torch.tensor([[0.8], [0.4]], dtype=torch.float64), rtol=1e-6,
+                               atol=0)
+
+
+def test_a_state_the_checkpoint_lacks_starts_at_zero_and_the_step_count_is_loaded():
+    """SGD with momentum resumed from a checkpoint without a momentum buffer (one written by a run without
+    momentum): that run's buffer is zero (what torch's first step makes of it), the other run's is kept."""
+    params = stacked_params(2)
+    opt = GroupOptimizer(params, [0.1, 0.1], "sgd", momentum=0.9)
+    opt.zero_grad()
+    for p in params:
+        p.grad.add_(1.0)
+    opt.step()
+    names = [f"p{i}" for i in range(len(SHAPES))]
+    kept = opt.run_state_dict(0, names)
+    assert kept["optimizer.steps"].tolist() == [1.0]  # run 0's count alone, not its neighbour's too
+    opt.load_run_state_dict(1, names, {"optimizer.steps": torch.tensor([7.0], dtype=torch.float64)})
+    assert opt.steps.tolist() == [1.0, 7.0]
+    for name, state in zip(names, opt.state, strict=True):
+        assert torch.equal(state["momentum_buffer"][0], kept[f"optimizer.{name}.momentum_buffer"])
+        assert state["momentum_buffer"][0].abs().min() > 0 and torch.count_nonzero(state["momentum_buffer"][1]) == 0

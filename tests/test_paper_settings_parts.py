@@ -50,7 +50,8 @@ def test_positions_none_adds_nothing_to_the_tasks_features():
 
 def row(model: str, layers: int, width: int, accuracy: float, lr: float = 1e-3) -> dict:
     return {"task_config": {"name": "dyck", "N": 20}, "model": model, "length": 20, "layers": layers,
-            "width": width, "heads": 4, "lr": lr, "lrs_tried": [lr], "accuracy": accuracy}
+            "width": width, "heads": 4, "lr": lr, "lrs_tried": [lr], "settings": {"train.lr": lr}, "tried": 1,
+            "accuracy": accuracy}
 
 
 def test_best_per_family_keeps_the_seeds_model_shapes_apart():

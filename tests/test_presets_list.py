@@ -119,3 +119,24 @@ def test_reproduce_records_which_preset_drew_which_figure(tmp_path):
     with Store(root) as store:
         assert sorted(entry["run_ids"]) == sorted(r["id"] for r in store.find_runs())
     assert len(entry["run_ids"]) == 4  # the four tasks at one depth and one seed
+
+
+
+def test_every_preset_title_names_the_seed_figures_it_draws():
+    """Issue 31: the seed's figure number in every figure's and table's title (``preset_title``, which
+    ``reproduce`` passes to every summary), each seed and kind said once: "… (seed 001 Figures 4-7)"."""
+    from depthlab.api.reproduce import preset_title
+    from depthlab.captions import figures_text
+
+    for name in presets.preset_names():
+        preset = presets.load_preset(name, "quick")
+        said = figures_text(preset.figures)
+        assert preset.figures and preset_title(preset) == f"{preset.title} ({said})", name
+        for key in preset.figures:
+            seed, kind = key.split()[1:3]
+            assert f"seed {seed} " in said and kind.strip("§0123456789.")[:6] in said, (name, said)  # Hypothes(is|es)
+    titles = {name: preset_title(presets.load_preset(name, "quick")).rsplit(" (", 1)[1]
+              for name in ("seed001-heads", "seed002-information-flow", "seed001-nested", "seed004-induction")}
+    assert titles == {"seed001-heads": "seed 001 Figures 4-7)",
+                      "seed002-information-flow": "seed 002 Figures 3 and 8, Theorem 1)",
+                      "seed001-nested": "seed 001 §7)", "seed004-induction": "seed 004 Results 1 and 2)"}

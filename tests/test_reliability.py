@@ -456,8 +456,8 @@ def test_a_run_killed_after_a_checkpoint_on_a_logging_step_resumes_with_every_me
     store = Store(tmp_path / "b")
     real_save = ckpt.save_checkpoint
 
-    def save_then_die(folder, tensors, step, extra):
-        real_save(folder, tensors, step, extra)
+    def save_then_die(folder, tensors, step, *rest):
+        real_save(folder, tensors, step, *rest)
         if step == 20:
             raise _Killed
 

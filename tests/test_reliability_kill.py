@@ -1,9 +1,12 @@
 """A real `depthlab sweep` process killed with SIGKILL at random moments, or stopped with Ctrl-C (SIGINT).
 
-After every kill: each checkpoint on disk loads (none half-written), and no finished run was touched again.
-After the final re-run: every run done exactly once, none missing or extra, one metrics row per (run, step,
-split, name) and none missing, results equal to an uninterrupted sweep. The random kill times come from a
-seed printed on failure (set DEPTHLAB_KILL_SEED to replay one).
+After every kill: each checkpoint on disk loads (none half-written), no finished run was touched again, and the
+process wrote each metric row at most once and only rows after the step each run resumed from (writes are counted
+by an SQLite trigger: the table's primary key would hide a row written twice). After the final re-run: every run done
+exactly once, none missing or extra, the re-run wrote exactly the rows after each run's checkpoint, and the results
+equal an uninterrupted sweep's. The kill moments come from a seeded generator (the seed is printed; set
+DEPTHLAB_KILL_SEED to replay one) and the sweep's observed progress (its checkpoints and finished runs), never from
+the wall clock, so a slow or loaded machine kills at the same points of the work as a fast one.
 
 The sweep processes are pinned to one CPU (``taskset``-like affinity), so they use one torch thread, as
 the uninterrupted reference does.
@@ -19,6 +22,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -38,6 +42,9 @@ SWEEP = {
 }
 LOG_STEPS = list(range(100, 601, 100))
 KILLS = 4  # one during start-up, three during training
+# start-up milestones the first kill waits for (one drawn): none (during imports), the database file, the runs
+# registered, the first checkpoint
+STARTUP = ("spawned", "database", "runs", "checkpoint")
 
 
 def _one_cpu() -> None:
@@ -68,16 +75,12 @@ def sweep_file(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def reference(sweep_file, tmp_path_factory):
-    """The sweep without interruption: its results, its metrics, and how long it took."""
+    """The sweep without interruption: its results and its metrics."""
     root = tmp_path_factory.mktemp("reference")
-    began = time.time()
     out = finish(sweep_file, root)
-    seconds = time.time() - began
     store = Store(root)
-    first_run = min(r["created"] for r in store.find_runs())
     return {"runs": {r["id"]: r for r in out["runs"]},
-            "metrics": {i: store.metric_columns(i) for i in store_ids(store)},
-            "seconds": seconds, "startup": first_run - began}
+            "metrics": {i: store.metric_columns(i) for i in store_ids(store)}}
 
 
 def store_ids(store: Store) -> list[str]:
@@ -88,27 +91,65 @@ def expected_ids() -> list[str]:
     return sorted(Store.run_id(c.to_dict()) for c in expand_sweep(SWEEP))
 
 
-def work_left(root: Path) -> float:
-    """The fraction of the sweep's run-steps not yet done or checkpointed (read without writing anything)."""
-    steps = SWEEP["train"]["steps"]
+def _runs(root: Path) -> list[tuple[str, str]]:
+    """(id, status) of every run in the store, read without writing anything ([] while it is being created)."""
     if not (root / "depthlab.sqlite").exists():
-        return 1.0
+        return []
     try:
         conn = sqlite3.connect(f"file:{root / 'depthlab.sqlite'}?mode=ro", uri=True, timeout=30)
         try:
-            rows = conn.execute("SELECT id, status FROM runs").fetchall()
+            return conn.execute("SELECT id, status FROM runs").fetchall()
         finally:
             conn.close()
     except sqlite3.OperationalError:  # being created right now
-        return 1.0
+        return []
+
+
+def work_left(root: Path) -> float:
+    """The fraction of the sweep's run-steps not yet done or checkpointed (read without writing anything)."""
+    steps = SWEEP["train"]["steps"]
     done = 0
-    for run_id, status in rows:
+    for run_id, status in _runs(root):
         sidecar = root / "artifacts" / run_id / "checkpoint.json"
         if status == "done":
             done += steps
         elif sidecar.exists():
             done += json.loads(sidecar.read_text())["step"]
     return 1 - done / (len(expected_ids()) * steps)
+
+
+def reached(root: Path, milestone: str) -> bool:
+    if milestone == "database":
+        return (root / "depthlab.sqlite").exists()
+    if milestone == "runs":
+        return bool(_runs(root))
+    return milestone == "spawned" or work_left(root) < 1.0
+
+
+def resume_points(store: Store) -> dict[str, int | None]:
+    """The step each run of the sweep resumes from: None for a finished run (it writes nothing again), else its
+    checkpoint's step (0 without one)."""
+    status = {r["id"]: r["status"] for r in store.find_runs()}
+    points: dict[str, int | None] = {}
+    for run_id in expected_ids():
+        loaded = load_checkpoint(store.artifacts_root / run_id)
+        points[run_id] = None if status.get(run_id) == "done" else (loaded[1]["step"] if loaded else 0)
+    return points
+
+
+def rows_after(points: dict[str, int | None], reference: dict) -> list[tuple[str, int, str, str]]:
+    """The metric rows a sweep resuming from ``points`` must write: each run's rows after its resume point."""
+    return sorted((run_id, step, split, name) for run_id, point in points.items() if point is not None
+                  for step in LOG_STEPS if step > point
+                  for split, columns in reference["metrics"][run_id].items() for name in columns if name != "step")
+
+
+def check_writes(written: list[tuple], points: dict[str, int | None], context: str) -> None:
+    """One process's metric writes: each row at most once, and only rows after the step its run resumed from."""
+    keys = [(run_id, step, split, name) for run_id, step, split, name, _ in written]
+    assert len(keys) == len(set(keys)), f"{context}: a metric row written twice"
+    again = [k for k in keys if points[k[0]] is None or k[1] <= points[k[0]]]
+    assert again == [], f"{context}: rows written again, at or before the step their run resumed from"
 
 
 def check_on_disk(store: Store) -> None:
@@ -122,12 +163,10 @@ def check_complete(store: Store, reference: dict, out: dict) -> None:
     assert all(r["status"] == "done" for r in out["runs"]) and len(out["runs"]) == len(expected_ids())
     conn = sqlite3.connect(store.db_path)
     try:
-        rows = conn.execute("SELECT run_id, step, split, name FROM metrics").fetchall()
+        rows = conn.execute("SELECT run_id, step, split FROM metrics").fetchall()
     finally:
         conn.close()
-    assert len(rows) == len(set(rows))
-    logged = {(r, step, split) for r, step, split, _ in rows}
-    assert logged == {(r, s, split) for r in expected_ids() for s in LOG_STEPS for split in ("train", "eval")}
+    assert set(rows) == {(r, s, split) for r in expected_ids() for s in LOG_STEPS for split in ("train", "eval")}
     for run in out["runs"]:
         want = reference["runs"][run["id"]]["metrics"]
         assert run["metrics"]["loss"] == pytest.approx(want["loss"], rel=1e-5)
@@ -140,48 +179,61 @@ def check_complete(store: Store, reference: dict, out: dict) -> None:
     assert leftovers == []
 
 
-def kill_when(proc: subprocess.Popen, root: Path, target_left: float, extra_s: float) -> bool:
-    """Wait until the sweep has at most ``target_left`` of its work left, then ``extra_s`` more; SIGKILL it.
+def rerun_and_check(sweep_file: Path, root: Path, reference: dict, writes) -> None:
+    """The final re-run: it writes exactly each unfinished run's rows after its checkpoint, and completes the sweep."""
+    with Store(root) as store:
+        points, before = resume_points(store), len(writes())
+    out = finish(sweep_file, root)
+    written = writes()[before:]
+    assert sorted(w[:4] for w in written) == rows_after(points, reference)
+    check_complete(Store(root), reference, out)
+
+
+def kill_when(proc: subprocess.Popen, root: Path, done: Callable[[], bool]) -> bool:
+    """SIGKILL the sweep as soon as ``done()`` holds (or after 10 minutes without it, however slow the machine).
 
     Returns whether it was still running when killed.
     """
-    deadline = time.time() + 120
-    while proc.poll() is None and work_left(root) > target_left and time.time() < deadline:
+    deadline = time.time() + 600  # a bound on a hung process, not a measure of progress
+    while proc.poll() is None and not done() and time.time() < deadline:
         time.sleep(0.02)
-    time.sleep(extra_s)
     running = proc.poll() is None
     proc.kill()
     proc.communicate(timeout=60)
     return running
 
 
-def test_sigkill_at_random_moments_then_rerun_completes_every_run_exactly_once(sweep_file, reference, tmp_path):
+def test_sigkill_at_random_moments_then_rerun_completes_every_run_exactly_once(sweep_file, reference, tmp_path,
+                                                                                metric_writes):
     seed = int(os.environ.get("DEPTHLAB_KILL_SEED", random.SystemRandom().randrange(2**32)))
-    print(f"kill times from seed {seed} (DEPTHLAB_KILL_SEED={seed} replays them)")
+    print(f"kill points from seed {seed} (DEPTHLAB_KILL_SEED={seed} replays them)")
     rng = random.Random(seed)
+    milestone = rng.choice(STARTUP)
+    # the share of the sweep's work left at each later kill: three points spread over 75 %..25 %, so that a kill
+    # always lands with hundreds of steps still to do
+    targets = sorted((rng.uniform(0.25 + 0.5 * i / 3, 0.25 + 0.5 * (i + 1) / 3) for i in range(KILLS - 1)),
+                     reverse=True)
     root = tmp_path / "store"
     finished: dict[str, dict] = {}  # run id -> its record when first seen done
     killed_while_running = 0
-    # Under heavy load a sweep can finish what is left before the kill lands; such an attempt does not count,
-    # so there are up to twice as many attempts as kills wanted.
-    for attempt in range(2 * KILLS):
-        left = work_left(root)
-        if not left or killed_while_running == KILLS:
-            break
+    writes = None  # metric writes are counted from the first kill on (the store exists then)
+    for attempt in range(KILLS):
+        points, before = {}, 0
+        if writes:  # after the first kill: where each run resumes, and how many rows were written so far
+            with Store(root) as store:
+                points, before = resume_points(store), len(writes())
         proc = start(sweep_file, root)
-        if attempt == 0:  # somewhere in start-up: imports, opening the store, the first steps (never later:
-            # the reference's start-up may have been slower than this one, so stop waiting at the first checkpoint)
-            deadline = time.time() + rng.uniform(0.5, 1.2) * reference["startup"]
-            while proc.poll() is None and time.time() < deadline and work_left(root) == 1.0:
-                time.sleep(0.02)
-            running = kill_when(proc, root, 1.0, 0.0)
-        else:  # after a random share of what is left, plus a random moment (inside a step, a checkpoint, …)
-            running = kill_when(proc, root, left * rng.uniform(0.1, 0.9), rng.uniform(0.0, 0.15))
+        if attempt == 0:  # somewhere in start-up: imports, opening the store, the first steps
+            running = kill_when(proc, root, lambda: reached(root, milestone))
+        else:
+            running = kill_when(proc, root, lambda a=attempt: work_left(root) <= targets[a - 1])
         killed_while_running += running
         context = f"seed {seed}, attempt {attempt}"
         print(f"{context}: killed with {work_left(root):.0%} of the work left")
-        if not (root / "depthlab.sqlite").exists():
-            continue
+        if writes:
+            check_writes(writes()[before:], points, context)
+        else:
+            writes = metric_writes(root)  # creates the store if the kill came before the sweep did
         store = Store(root)
         check_on_disk(store)
         for record in store.find_runs():
@@ -190,26 +242,28 @@ def test_sigkill_at_random_moments_then_rerun_completes_every_run_exactly_once(s
             elif record["status"] == "done":
                 finished[record["id"]] = record
         store.close()
-    assert killed_while_running >= KILLS - 1, f"seed {seed}: the kills came too late to test anything"
-    out = finish(sweep_file, root)
+    assert killed_while_running == KILLS, f"seed {seed}: a sweep finished before its kill point"
+    rerun_and_check(sweep_file, root, reference, writes)
     store = Store(root)
-    check_complete(store, reference, out)
     for run_id, record in finished.items():
         assert store.get_run(run_id) == record, f"seed {seed}"
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_ctrl_c_checkpoints_marks_interrupted_exits_130_and_the_rerun_completes(sweep_file, reference, tmp_path, sig):
+def test_ctrl_c_checkpoints_marks_interrupted_exits_130_and_the_rerun_completes(sweep_file, reference, tmp_path, sig,
+                                                                              metric_writes):
     """Ctrl-C (SIGINT), and SIGTERM the same way (what `timeout`, schedulers and Ray send)."""
     root = tmp_path / "store"
     proc = start(sweep_file, root)
-    deadline = time.time() + 120
-    while time.time() < deadline:  # wait until the first run has written a checkpoint
-        if any((root / "artifacts").glob("*/checkpoint.json")):
+    deadline = time.time() + 600  # a bound on a hung process, not a measure of progress
+    while time.time() < deadline:  # wait until a run is checkpointed past its first metric row (a re-run that
+        # trained it again from step 0 would then write that row a second time)
+        sidecars = (root / "artifacts").glob("*/checkpoint.json")
+        if any(json.loads(p.read_text())["step"] > LOG_STEPS[0] for p in sidecars):
             break
         time.sleep(0.05)
     else:
-        pytest.fail("no checkpoint appeared")
+        pytest.fail("no checkpoint past the first metric row appeared")
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, f"exit code {proc.returncode}: {err}"
@@ -223,4 +277,4 @@ def test_ctrl_c_checkpoints_marks_interrupted_exits_130_and_the_rerun_completes(
     assert meta["step"] == run["step"] > 0  # checkpointed where it stopped, not only at the last multiple of 9
     check_on_disk(store)
     store.close()
-    check_complete(Store(root), reference, finish(sweep_file, root))
+    rerun_and_check(sweep_file, root, reference, metric_writes(root))

@@ -57,12 +57,12 @@ def test_attention_preset_draws_figure3_next_to_the_construction(tmp_path):
     summary, (table,) = attention_summary(store, ids, figure, "tiny")
     assert Path(summary["figure"]).exists() and figure.stat().st_size > 10_000
     assert [text.replace(" ", "") for text in summary["examples"]] == [t.replace(" ", "") for t in FIGURE3_EXAMPLES]
-    assert {r["label"].split(",")[1].strip() for r in summary["rows"]} == {"init paper", "init random"}
+    assert {r["label"].split(",")[1].strip() for r in summary["rows"]} == {"init=paper", "init=random"}
     assert [r["layer"] for r in summary["rows"]] == [0, 1, 0, 1] and table.row_count == 4
     for row in summary["rows"]:
         assert 0.0 <= row["share"] <= 1.0 and 0.0 <= row["share_last_row"] <= 1.0
-    paper = next(r for r in summary["rows"] if "init paper" in r["label"] and r["layer"] == 0)
-    random = next(r for r in summary["rows"] if "init random" in r["label"] and r["layer"] == 0)
+    paper = next(r for r in summary["rows"] if "init=paper" in r["label"] and r["layer"] == 0)
+    random = next(r for r in summary["rows"] if "init=random" in r["label"] and r["layer"] == 0)
     assert paper["share"] > random["share"]  # the paper's init starts from the constructed copying layer
 
 
@@ -91,28 +91,12 @@ def test_heads_preset_draws_figures_4_to_7(tmp_path):
     summary, (table,) = heads_summary(store, ids, figure, "tiny")
     assert Path(summary["figure"]).exists() and table.row_count == len(summary["rows"])
     panels = list(dict.fromkeys(r["panel"] for r in summary["rows"]))
-    assert panels == ["Figure 4: memorization", "Figure 5: icqa", "Figure 6: template", "Figure 7: ictm k=2",
-                      "Figure 7: ictm k=4"]
+    assert panels == ["Figure 4: memorization", "Figure 5: IC-QA", "Figure 6: template matching",
+                      "Figure 7: IC-TM k=2", "Figure 7: IC-TM k=4"]  # the seed's names of the tasks
     assert {r["heads"] for r in summary["rows"]} == {"[1]", "[1, 1]", "[1, 1, 1]", "[1, 1, 1, 1]"}
     for row in summary["rows"]:
         assert row["seeds"] == 2 and 0.0 <= row["accuracy"] <= 1.0 and "curves" not in row
     json.dumps(summary)
-
-
-def test_heads_figure_gives_each_column_the_legend_of_its_own_head_lists():
-    from depthlab.draw.heads import heads_figure
-
-    curves = [{"step": [0, 10], "accuracy": [0.2, 0.9], "loss": [2.0, 0.1]}]
-    lists = {"Figure 5: icqa": ("[1, 1]", "[4, 4]"), "Figure 7: x": ("[1, 1, 1]", "[1, 1, 6]", "[1, 1, 1, 1]")}
-    rows = [{"panel": p, "heads": h, "curves": curves, "chance": 0.25} for p, hs in lists.items() for h in hs]
-    fig = heads_figure(rows, "t")
-    assert not fig.legends
-    top, bottom = fig.axes[:2], fig.axes[2:]
-    assert [ax.get_title() for ax in top] == list(lists)
-    for ax, heads in zip(bottom, lists.values(), strict=True):
-        assert [t.get_text() for t in ax.get_legend().get_texts()] == [*heads, "chance"]
-    # colours restart per column: the first list of every column is drawn alike
-    assert top[0].get_lines()[0].get_color() == top[1].get_lines()[0].get_color()
 
 
 def test_nested_preset_climbs_and_capability_nested_icqa_works(tmp_path):

@@ -180,4 +180,6 @@ def test_attention_command_draws_a_run_on_given_tokens(trained, depthlab_main):
     assert code == 2 and err.strip().splitlines() == ["error: --tokens: unknown token 'z'; the memorization "
                                                       "vocabulary is a b c d →"]
     code, out, err = depthlab_main("attention", run_id, "--out", root, "--store", root)  # a folder, not a file
-    assert code == 2 and err.startswith("error: --out: a file name ending in .png, .pdf or .svg")
+    assert code == 2 and err.startswith(f"error: --out: {root} is a folder; give the path of a file")
+    code, out, err = depthlab_main("attention", run_id, "--out", "x.jpg", "--store", root)
+    assert code == 2 and err.startswith("error: --out: x.jpg must end in .png, .svg, .pdf")

@@ -7,6 +7,7 @@ From Python (:mod:`depthlab.api`; each name is imported on first use, so ``impor
     depthlab.Store(path).runs() / .metrics(run_ids) -> DataFrame    .load_model(run_id, step=None) -> nn.Module
     depthlab.reproduce(name, scale="quick") -> the object `depthlab reproduce NAME --json` prints
     depthlab.plan(name, scale="paper") -> projected wall time here; depthlab.explain(name) -> seed settings
+    depthlab.atlas(scale="quick", tasks=…, families=…) -> the object `depthlab atlas --json` prints
     depthlab.draw.attention(cache, tokens) -> one example's attention, every layer and head (depthlab.draw: figures)
 
 From the shell: ``depthlab --help``.
@@ -16,7 +17,8 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-API = ("RunResult", "Store", "explain", "list_models", "list_tasks", "plan", "reproduce", "sweep", "task", "train")
+API = ("RunResult", "Store", "atlas", "explain", "list_models", "list_tasks", "plan", "reproduce", "sweep", "task",
+       "train")
 SUBMODULES = ("draw",)  # reached as depthlab.draw after `import depthlab` alone, imported on first use
 __all__ = ["__version__", *API]
 
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
     from .api import (  # noqa: F401
         RunResult,
         Store,
+        atlas,
         explain,
         list_models,
         list_tasks,

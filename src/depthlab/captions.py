@@ -139,3 +139,33 @@ def figures_in(text: str) -> list[str]:
         named = [f"seed {seed} {kind} {n}" for kind, numbers in mentions for n in _expand(numbers)]
         found += named or [f"seed {seed} §{s}" for s in re.findall(r"§(\d+)(?!\.\d)", rest)]
     return [key for key in dict.fromkeys(found) if key in CAPTIONS]
+
+
+def figures_text(keys: list[str]) -> str:
+    """Registered keys said once per seed and kind, as a figure's title names them: [seed 001 Figure 4, …,
+    seed 001 Figure 7] → "seed 001 Figures 4-7"; [seed 002 Figure 3, seed 002 Figure 8, seed 002 Theorem 1] →
+    "seed 002 Figures 3 and 8, Theorem 1"."""
+    seeds: dict[str, dict[str, list[str]]] = {}
+    for key in keys:
+        match = re.fullmatch(r"seed (\d{3}) (?:(§)|(\S+) )(.+)", key)
+        if match is None:
+            continue
+        seed, section, kind, number = match.groups()
+        kind = section or kind
+        seeds.setdefault(seed, {}).setdefault(kind, []).append(number)
+    parts = []
+    for seed, kinds in seeds.items():
+        said = []
+        for kind, numbers in kinds.items():
+            plural = {"Hypothesis": "Hypotheses"}.get(kind, f"{kind}s") if len(numbers) > 1 else kind
+            said.append(f"{plural} {_numbers_text(numbers)}" if kind != "§" else "§" + ", §".join(numbers))
+        parts.append(f"seed {seed} " + ", ".join(said))
+    return "; ".join(parts)
+
+
+def _numbers_text(numbers: list[str]) -> str:
+    """["4", "5", "6", "7"] → "4-7"; ["3", "8"] → "3 and 8"; ["1"] → "1"."""
+    ints = [int(n) for n in numbers] if all(n.isdigit() for n in numbers) else None
+    if ints and len(ints) > 2 and ints == list(range(ints[0], ints[-1] + 1)):
+        return f"{ints[0]}-{ints[-1]}"
+    return " and ".join([", ".join(numbers[:-1]), numbers[-1]]) if len(numbers) > 1 else numbers[0]

@@ -1,9 +1,11 @@
 """Run and sweep configuration: pydantic specs, YAML loading, ``--set`` overrides, readable errors.
 
-A run file has the sections ``task`` (with ``name``), ``model`` (with ``name``), ``train`` and ``seed``;
-a sweep file is a run file plus ``sweep:``, a mapping from dotted field names to lists of values whose
-product is the grid, and optionally ``resources:``, what each Ray task asks for (``--executor ray`` only; it
-is not part of any run's config, so it never changes a run id). Every mistake becomes a ``UserError`` whose
+A run file has the sections ``task`` (with ``name``), ``model`` (``name`` defaults to attention_only), ``train``
+and ``seed``; a sweep file is a run file plus ``sweep:``, a mapping from dotted field names to lists of values whose
+product is the grid (at most :data:`MAX_GRID_POINTS` points, counted before it is expanded), and optionally
+``resources:``, what each Ray task asks for (``--executor ray`` only; it is not part of any run's config, so it
+never changes a run id). ``--set`` of a field the grid varies is refused (the grid would overwrite it at every
+point): the grid's values are changed with ``--set sweep.FIELD=[…]``. Every mistake becomes a ``UserError`` whose
 one-line message names the field, the value and what is allowed; a property-based fuzz
 (``tests/test_fuzz_config.py``) checks that no other exception escapes.
 """
@@ -12,22 +14,25 @@ from __future__ import annotations
 
 import copy
 import itertools
+import math
 import re
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from .bounded import MAX_TEXT_BYTES, BoundError, parse_yaml, read_file
 from .errors import UserError
 from .models import MODELS, ModelSpec
 from .tasks import TASKS, Task
 
 SECTIONS = ("task", "model", "train", "seed")
+DEFAULT_MODEL = "attention_only"  # model.name when a config gives none
 SWEEP_SECTIONS = ("sweep", "resources")  # besides SECTIONS, in a sweep file
 MAX_SEED = 2**63 - 1
 MAX_STEPS = 10**12  # bounds that keep every count far from int64 overflow
 MAX_EXAMPLES = 2**24
+MAX_GRID_POINTS = 10_000  # runs one sweep mapping may expand to (each is validated before any work)
 _PLAIN_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 
 
@@ -196,16 +201,18 @@ def _build(section: str, registry: dict[str, type[BaseModel]], raw: Any) -> Any:
     raw = dict(raw)
     name = raw.pop("name", None)
     if not isinstance(name, str) or name not in registry:
-        raise UserError(f"{section}.name: unknown {section} {_show(name)}; allowed: {', '.join(sorted(registry))}")
+        problem = "required" if name is None else f"unknown {section} {_show(name)}"
+        raise UserError(f"{section}.name: {problem}; allowed: {', '.join(sorted(registry))}")
     cls = registry[name]
     allowed = [f for f in cls.model_fields if f != "name"]
     _no_bools_for_numbers(section, cls, raw)
+    origin = f" ({name} is defined in plugin {cls.plugin_file})" if getattr(cls, "plugin_file", None) else ""
     try:
         return cls(**raw) if section == "task" else cls(name=name, **raw)
     except ValidationError as e:
-        raise UserError(_format_error(section, e, allowed)) from None
+        raise UserError(_format_error(section, e, allowed) + origin) from None
     except (ValueError, TypeError, ArithmeticError, RecursionError, MemoryError) as e:
-        raise UserError(f"{section}: {_one_line(e)[:200]}") from None
+        raise UserError(f"{section}: {_one_line(e)[:200]}{origin}") from None
 
 
 def parse_task(raw: dict[str, Any]) -> Task:
@@ -224,7 +231,10 @@ def parse_run(raw: dict[str, Any]) -> RunConfig:
     if "task" not in raw:
         raise UserError("task: required (a mapping with the task's name and parameters)")
     task = parse_task(raw["task"])
-    model = _build("model", MODELS, raw.get("model", {"name": "attention_only"}))
+    model_raw = raw.get("model") or {}
+    if isinstance(model_raw, dict) and "name" not in model_raw:  # seed 001's model, also under --set model.X=…
+        model_raw = {"name": DEFAULT_MODEL, **model_raw}
+    model = _build("model", MODELS, model_raw)
     train_raw = raw.get("train") or {}
     if isinstance(train_raw, dict):
         _text_keys("train", train_raw)
@@ -241,47 +251,25 @@ def parse_run(raw: dict[str, Any]) -> RunConfig:
     return RunConfig(task=task, model=model, train=train, seed=seed)
 
 
-class UniqueKeyLoader(yaml.SafeLoader):
-    """YAML's safe loader, except that a key given twice in one mapping is an error (YAML would keep the last)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[str] = set()
-        for key_node, _ in node.value:
-            if isinstance(key_node, yaml.ScalarNode):
-                if key_node.value in seen:
-                    raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key_node.value!r}",
-                                                            key_node.start_mark)
-                seen.add(key_node.value)
-        return super().construct_mapping(node, deep=deep)
-
-
 def load_yaml(path: str | Path) -> dict[str, Any]:
-    """Read a YAML config file into a mapping, with one-line errors for unreadable or malformed files."""
+    """Read a YAML config file into a mapping, with one-line errors for unreadable or malformed files.
+
+    Bounded before it is read or built (``depthlab.bounded``): a regular file (not a device, a FIFO or a folder)
+    of at most 1 MiB, nesting at most 64 levels, at most 200,000 values with its aliases expanded."""
     path = Path(path)
+    data = read_file(path, MAX_TEXT_BYTES, "config")
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise UserError(f"config: cannot read {path}: {e.strerror}") from None
+        text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise UserError(f"config: {path} is not a text file (not UTF-8 at byte {e.start}); a config is YAML "
                         "text") from None
-    loader = None
     try:
-        loader = UniqueKeyLoader(text)  # its reader refuses control characters (a NUL) at once
-        data = loader.get_single_data()
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise UserError(f"config: {path} is not valid YAML{where}: {' '.join(str(getattr(e, 'problem', e)).split())}"
-                        ) from None
-    except RecursionError:
-        raise UserError(f"config: {path} nests its lists or mappings too deeply to be read") from None
-    finally:
-        if loader is not None:
-            loader.dispose()
-    if not isinstance(data, dict):
+        raw = parse_yaml(text, "config")
+    except BoundError as e:
+        raise UserError(f"config: {path} is {e.detail}") from None
+    if not isinstance(raw, dict):
         raise UserError(f"config: {path} must hold a mapping with sections task, model, train, seed")
-    return data
+    return raw
 
 
 def set_field(raw: dict[str, Any], dotted: str, value: Any, where: str = "--set") -> None:
@@ -293,8 +281,11 @@ def set_field(raw: dict[str, Any], dotted: str, value: Any, where: str = "--set"
         raise UserError(f"{where}: field names must be dotted text such as model.layers (got {_show(dotted)})")
     label = f"sweep.{_name(dotted)}" if where == "sweep" else f"{where} {_name(dotted)}"
     keys = dotted.split(".")
-    if not all(keys) or keys[0] not in (*SECTIONS, *SWEEP_SECTIONS):
+    if keys[0] not in (*SECTIONS, *SWEEP_SECTIONS):
         raise UserError(f"{label}: the field must start with one of {', '.join((*SECTIONS, *SWEEP_SECTIONS))}")
+    if not all(keys):
+        raise UserError(f"{label}: a field name is empty between the dots; write dotted names such as "
+                        f"{keys[0]}.{'k' if keys[0] == 'task' else 'name'}")
     if keys[0] == "sweep" and len(keys) > 1:  # sweep keys are dotted names themselves: sweep.model.layers
         if not isinstance(raw.get("sweep"), dict):
             raw["sweep"] = {}
@@ -319,11 +310,24 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
             raise UserError(f"--set {_name(item)}: expected field=value, e.g. model.layers=2")
         key, text = item.split("=", 1)
         try:
-            value = yaml.safe_load(text)
-        except (yaml.YAMLError, ValueError, RecursionError):
-            raise UserError(f"--set {_name(key.strip())}: cannot parse value {_show(text)}") from None
+            value = parse_yaml(text, "--set")
+        except BoundError as e:
+            raise UserError(f"--set {_name(key.strip())}: cannot parse value {_show(text)} ({e.detail})") from None
+        _not_swept(out, key.strip())
         set_field(out, key.strip(), value)
     return out
+
+
+def _not_swept(raw: dict[str, Any], dotted: str) -> None:
+    """Refuse ``--set`` of a field the mapping's ``sweep:`` grid sets at every point (the grid would overwrite it):
+    the user changes the grid's values instead (``--set sweep.FIELD=[…]``)."""
+    grid = raw.get("sweep")
+    if not isinstance(grid, dict) or dotted.startswith("sweep."):
+        return
+    for key, values in grid.items():
+        if isinstance(key, str) and (dotted == key or dotted.startswith(f"{key}.")):
+            raise UserError(f"--set {_name(dotted)}: the sweep varies {_name(key)} (sweep.{_name(key)}: "
+                            f"{_show(values)}); give its values instead, e.g. --set 'sweep.{_name(key)}=[…]'")
 
 
 def expand_sweep(raw: dict[str, Any]) -> list[RunConfig]:
@@ -340,6 +344,11 @@ def expand_sweep(raw: dict[str, Any]) -> list[RunConfig]:
             raise UserError(f"sweep: field names must be dotted text such as model.layers (got {_show(key)})")
         if not isinstance(values, list) or not values:
             raise UserError(f"sweep.{_name(key)}: must be a non-empty list of values (got {_show(values)})")
+    points = math.prod(len(values) for values in grid.values())
+    if points > MAX_GRID_POINTS:
+        sizes = " × ".join(f"{len(values):,} {_name(key)}" for key, values in grid.items())
+        raise UserError(f"sweep: {points:,} grid points ({sizes}), more than the {MAX_GRID_POINTS:,} one sweep may "
+                        f"expand to; split it into several sweep files or sweep fewer values")
     runs = []
     for combo in itertools.product(*grid.values()):
         point = copy.deepcopy(raw)

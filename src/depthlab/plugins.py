@@ -14,30 +14,96 @@ plugins. Ray workers unpickle runs: :func:`share_with_ray` makes Ray pickle plug
 travels with each run, the file need not exist on the worker); entry-point tasks travel by reference and need
 their package installed on every node, as depthlab itself does.
 
-Every failure is a ``UserError`` of one line naming the plugin and what went wrong.
+Every failure is a ``UserError`` of one line naming the plugin and what went wrong: when it loads, and when its
+code runs. A plugin file's task classes are guarded (:func:`guard`): what ``sample`` and ``enumerate`` return is
+checked before depthlab uses it (a Batch of the task's shapes, token ids in the vocabulary, targets among the
+labels), and anything they raise is a :class:`PluginError` naming the file, the task and the method, exit code 2.
+What a plugin prints (on import, or while its code runs, in any thread) goes to stderr, so ``--json`` stays one
+line. ``os._exit`` called by plugin code is refused with a PluginError (depthlab replaces ``os._exit`` with a
+function that ends the process as before unless the calling thread is running plugin code); a plugin that ends
+the process another way (``posix._exit``, a signal, ctypes) cannot be stopped by any check inside the process.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import importlib.util
 import os
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from importlib.metadata import entry_points
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import numpy as np
+
+from .bounded import MAX_TEXT_BYTES, open_regular
 from .errors import UserError
 from .models import MODELS
 from .tasks import TASKS, Task
+from .tasks.base import Batch
 
 TASK_ATTRIBUTES = ("section", "summary")  # besides name: what `depthlab tasks` and every table show
 TASK_MEMBERS = ("vocab", "labels", "seq_len", "chance", "sample", "dataset_size", "enumerate")
 ENV = "DEPTHLAB_PLUGINS"
 ENTRY_POINT_GROUP = "depthlab.tasks"
 LOADED: dict[Path, ModuleType] = {}  # plugin files loaded in this process, by absolute path
+
+
+GUARDED = ("sample", "enumerate")  # the task methods whose output depthlab trains on
+_RUNNING = threading.local()  # .label: the plugin code this thread is running (see running_plugin)
+_REAL_EXIT = os._exit
+
+
+class PluginError(UserError, ValueError):
+    """Plugin code that failed or returned what a task may not: the message names the file, the task, the method."""
+
+
+def _exit_guard(code: int) -> None:
+    """``os._exit`` while plugins are loaded: refused in a thread running plugin code, the real one elsewhere."""
+    label = getattr(_RUNNING, "label", None)
+    if label is not None:
+        raise PluginError(f"{label}: called os._exit({code}), which would end depthlab without a word; raise an "
+                          f"exception instead")
+    _REAL_EXIT(code)
+
+
+class _PluginStdout:
+    """stdout while plugins are loaded: what a thread running plugin code writes goes to stderr instead (everything
+    else, ``isatty``, ``fileno``, ``buffer`` included, is the real stdout's)."""
+
+    def __init__(self, out: Any) -> None:
+        self.out = out
+
+    def write(self, text: str) -> int:
+        return (sys.stderr if getattr(_RUNNING, "label", None) else self.out).write(text)
+
+    def flush(self) -> None:
+        self.out.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.out, name)
+
+
+def _install_guards() -> None:
+    os._exit = _exit_guard
+    if not isinstance(sys.stdout, _PluginStdout) and sys.stdout is not None:
+        sys.stdout = _PluginStdout(sys.stdout)
+
+
+@contextlib.contextmanager
+def running_plugin(label: str) -> Iterator[None]:
+    """Mark this thread as running the plugin code ``label`` names (its prints go to stderr, os._exit is refused)."""
+    outer = getattr(_RUNNING, "label", None)
+    _RUNNING.label = label
+    try:
+        yield
+    finally:
+        _RUNNING.label = outer
 
 
 def _one_line(error: BaseException) -> str:
@@ -95,7 +161,12 @@ def _registering(label: str, load: Callable[[], Any], path: Path | None = None, 
     except (Exception, SystemExit) as e:  # a plugin that calls sys.exit() has failed to load, too
         _restore(TASKS, before_tasks)
         _restore(MODELS, before_models)
-        detail = str(e) if isinstance(e, _Refused) else f"{_where(e, path)}{_one_line(e)}"
+        if isinstance(e, _Refused):
+            detail = str(e)
+        elif isinstance(e, PluginError):  # os._exit while it was imported
+            detail = f"{_where(e, path)}{str(e).removeprefix(f'{label}: ')}"
+        else:
+            detail = f"{_where(e, path)}{_one_line(e)}"
         raise UserError(f"{label}: {detail}") from None
 
 
@@ -110,16 +181,92 @@ def _incomplete(cls: type[Task]) -> str | None:
     return None
 
 
+def guard(cls: type[Task], path: Path) -> None:
+    """Wrap ``cls.sample`` and ``cls.enumerate`` (a task class of the plugin file ``path``): what they return is
+    checked (:func:`batch_problem`) and what they raise becomes a PluginError naming the file, task and method."""
+    cls.plugin_file = str(path)  # what config's messages name when the task's own checks refuse it
+    for method in GUARDED:
+        original = getattr(cls, method)
+        if not getattr(original, "plugin_guarded", False):
+            setattr(cls, method, _guarded(original, method, f"plugin {path}: task {cls.name}", path))
+
+
+def _guarded(original: Callable[..., Any], method: str, label: str, path: Path) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def checked(self: Task, *args: Any, **kwargs: Any) -> Any:
+        with running_plugin(f"{label}: {method}"):
+            try:
+                out = original(self, *args, **kwargs)
+            except (KeyboardInterrupt, PluginError):
+                raise
+            except BaseException as e:  # SystemExit too: a plugin must not end the command
+                raise PluginError(f"{label}: {method} raised {_where(e, path)}{_one_line(e)}") from None
+        asked = kwargs.get("n", args[0] if args else None) if method == "sample" else None
+        problem = batch_problem(self, out, asked)
+        if problem:
+            raise PluginError(f"{label}: {method} returned {problem}")
+        return out
+
+    checked.plugin_guarded = True  # type: ignore[attr-defined]
+    return checked
+
+
+def _outside(values: np.ndarray, size: int) -> int | None:
+    """The first value of ``values`` outside ``range(size)``, else None."""
+    if not values.size:
+        return None
+    low, high = values.min(), values.max()
+    return None if low >= 0 and high < size else int(low if low < 0 else high)
+
+
+def batch_problem(task: Task, out: Any, asked: Any = None) -> str | None:
+    """What is wrong with ``out`` as examples of ``task`` (a Batch, the task's shapes, token ids within its
+    vocabulary, class targets within its labels), in words; None when nothing is (``enumerate`` may give None)."""
+    if out is None and asked is None:
+        return None
+    if not isinstance(out, Batch):
+        return f"a {type(out).__name__}, not a depthlab.tasks.base.Batch"
+    inputs, targets = np.asarray(out.inputs), np.asarray(out.targets)
+    n = len(inputs) if inputs.ndim else 0
+    if isinstance(asked, int) and n != asked:
+        return f"{n} examples, {asked} were asked for"
+    if targets.shape[:1] != (n,):
+        return f"targets of shape {list(targets.shape)} for {n} examples"
+    if task.input_dim:
+        if inputs.shape != (n, task.seq_len, task.input_dim) or not np.issubdtype(inputs.dtype, np.floating):
+            return (f"inputs of shape {list(inputs.shape)} ({inputs.dtype}); the task needs floats of shape "
+                    f"[{n}, {task.seq_len}, {task.input_dim}] (n, seq_len, input_dim)")
+    else:
+        if inputs.shape != (n, task.seq_len) or not np.issubdtype(inputs.dtype, np.integer):
+            return (f"inputs of shape {list(inputs.shape)} ({inputs.dtype}); the task needs token ids of shape "
+                    f"[{n}, {task.seq_len}] (n, seq_len)")
+        bad = _outside(inputs, task.vocab_size)
+        if bad is not None:
+            return f"token id {bad}, outside its vocabulary of {task.vocab_size} (ids 0 to {task.vocab_size - 1})"
+    if task.loss == "cross_entropy":
+        positions = task.read_positions
+        shape = (n,) if positions is None else (n, len(positions))
+        if targets.shape != shape or not np.issubdtype(targets.dtype, np.integer):
+            return f"targets of shape {list(targets.shape)} ({targets.dtype}); the task needs class ids of shape " \
+                   f"{list(shape)}"
+        bad = _outside(targets, task.n_outputs)
+        if bad is not None:
+            return f"target {bad}, outside its {task.n_outputs} labels (ids 0 to {task.n_outputs - 1})"
+    return None
+
+
 def load_plugin_file(path: str | Path) -> list[str]:
     """Import the Python file ``path`` (once per process); returns the task (and model) names it registered."""
     label = f"--plugin {path}"
     resolved = Path(path).expanduser().resolve()
     if resolved in LOADED:
         return []
-    if not resolved.is_file():
+    if not resolved.exists():
         relative = "" if Path(path).expanduser().is_absolute() else f", relative to the current folder {Path.cwd()}"
         raise UserError(f"{label}: no such file {resolved} (the path is read as given{relative}; give the path of "
                         f"a .py file that defines a task)")
+    with open_regular(resolved, label, MAX_TEXT_BYTES):  # a regular file of at most 1 MiB (not a FIFO, a device)
+        pass
     if resolved.suffix != ".py":
         raise UserError(f"{label}: must be a Python file ending in .py")
     # a stable module name per path: the same file gives the same module name in every process that loads it
@@ -130,8 +277,10 @@ def load_plugin_file(path: str | Path) -> list[str]:
         raise UserError(f"{label}: cannot be imported as a Python module")
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
+    _install_guards()
     try:
-        names = _registering(label, lambda: spec.loader.exec_module(module), resolved, module_name)
+        with running_plugin(label):
+            names = _registering(label, lambda: spec.loader.exec_module(module), resolved, module_name)
         if not names:
             raise UserError(f"{label}: defines no task; decorate a Task subclass with @register "
                             f"(from depthlab.tasks.base import Task, register)")
@@ -139,10 +288,23 @@ def load_plugin_file(path: str | Path) -> list[str]:
         sys.modules.pop(module_name, None)
         raise
     LOADED[resolved] = module
+    for name in names:
+        if name in TASKS and TASKS[name].__module__ == module_name:
+            guard(TASKS[name], resolved)
     recorded = _recorded()
     if str(resolved) not in recorded:
         os.environ[ENV] = os.pathsep.join([*recorded, str(resolved)])
     return names
+
+
+def blame(error: BaseException) -> str | None:
+    """``plugin FILE: line N: Type: message`` when ``error`` was raised in the code of a loaded plugin file (wherever
+    depthlab called it from), else None: what the CLI says instead of an internal error."""
+    for path in LOADED:
+        where = _where(error, path)
+        if where:
+            return f"plugin {path}: {where}{_one_line(error)}"
+    return None
 
 
 def _recorded() -> list[str]:

@@ -18,14 +18,17 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from typing import Any
 
 import numpy as np
 
+from ..cells import cell_id, field_values, group_cells, labelled, variant_fields, variant_labels, without_seed
 from ..constructions.information_flow import closed_form
 from ..store import Store
 from ..sweeps.climb import CellResult, reached
-from .runs import group_runs, is_trained
+from ..tasks import task_title
+from .runs import is_trained
 from .tables import Column, Table
 
 
@@ -34,24 +37,35 @@ def depth_label(depth: Any) -> str:
     return f"{depth} layer" if depth == 1 else f"{depth} layers"
 
 
-def _label(config: dict[str, Any]) -> str:
-    return config["task"]["name"]
+CELL_AXES = ("model.layers",)  # what a capability table lays out as columns, never as a label
+
+
+def _depth(config: dict[str, Any]) -> Any:
+    return config["model"].get("layers")
 
 
 def capability_rows(store: Store, run_ids: list[str]) -> list[dict[str, Any]]:
-    """One row per (task config, model config without seed), in the order the runs are given; runs that were not
-    trained (``llm-bench``) are left out."""
-    groups = group_runs(store, run_ids, lambda run: json.dumps(
-        {"task": run["config"]["task"], "model": run["config"]["model"]}, sort_keys=True) if is_trained(run) else None)
-    groups.pop(None, None)
+    """One row per cell (the runs whose configs differ only in the seed: ``depthlab.cells``), in the order the
+    runs are given; runs that were not trained (``llm-bench``) are left out.
+
+    Each row's ``label`` is its task's name and the fields in which it differs from other cells of that task
+    besides the depth (``icqa lr=0.01``; ``settings`` holds them as ``{"train.lr": 0.01}``), so two cells that
+    differ in anything but depth never share a row of a table."""
+    records = [r for r in (store.get_run(i) for i in run_ids) if r is not None and is_trained(r)]
+    groups = group_cells(records)
+    configs = [runs[0]["config"] for runs in groups]
+    fields = variant_fields(configs, lambda c: c["task"]["name"], ignore=CELL_AXES, slot=_depth)
     rows = []
-    for runs in groups.values():
-        config = runs[0]["config"]
+    for runs, config, distinguishing in zip(groups, configs, fields, strict=True):
         done = [r for r in runs if r["status"] == "done" and r["final"] and r["final"].get("accuracy") is not None]
         accs = np.array([r["final"]["accuracy"] for r in done], dtype=float)
         final = done[0]["final"] if done else {}
         rows.append({
-            "task": _label(config),
+            "task": config["task"]["name"],
+            "label": labelled(config["task"]["name"], config, distinguishing),
+            "settings": field_values(config, distinguishing),
+            "cell": cell_id(config),
+            "config": without_seed(config),
             "layers": config["model"].get("layers"),
             "heads": config["model"].get("heads"),
             "model": config["model"]["name"],
@@ -69,18 +83,14 @@ def capability_rows(store: Store, run_ids: list[str]) -> list[dict[str, Any]]:
     return rows
 
 
-def curves(store: Store, run_ids: list[str]) -> dict[tuple[str, int], list[dict[str, list[float]]]]:
-    """Eval curves (step, accuracy, loss) of each run, grouped by (task, layers)."""
+def curves(store: Store, rows: list[dict[str, Any]]) -> dict[tuple[str, int], list[dict[str, list[float]]]]:
+    """Eval curves (step, accuracy, loss) of each run of the capability ``rows``, keyed by (row label, layers):
+    the runs of one cell."""
     out: dict[tuple[str, int], list[dict[str, list[float]]]] = {}
-    for run_id in run_ids:
-        run = store.get_run(run_id)
-        if run is None or not is_trained(run):
-            continue
-        metrics = store.metric_columns(run_id).get("eval")
-        if not metrics:
-            continue
-        key = (_label(run["config"]), run["config"]["model"].get("layers"))
-        out.setdefault(key, []).append(metrics)
+    for row in rows:
+        metrics = [m for m in (store.metric_columns(r).get("eval") for r in row["runs"]) if m]
+        if metrics:
+            out[(row["label"], row["layers"])] = metrics
     return out
 
 
@@ -88,49 +98,33 @@ def format_cell(row: dict[str, Any]) -> str:
     if row["accuracy"] is None:
         return "—"
     sd = row["accuracy_sd"] or 0.0
-    return f"{row['accuracy']:.3f} ± {sd:.3f}" if not math.isnan(sd) else f"{row['accuracy']:.3f}"
-
-
-def variant_labels(configs: list[dict[str, Any]], ignore: tuple[str, ...] = ()) -> list[str]:
-    """Short distinct labels for configs (task or model sections): the name, plus the fields that differ
-    among configs of the same name (``icqa k=2`` and ``icqa k=3``); ``ignore`` lists fields never shown."""
-    labels = []
-    for config in configs:
-        name = config.get("name", "?")
-        same = [c for c in configs if c.get("name") == name]
-        keys = sorted({k for c in same for k in c} - {"name", *ignore})
-        differ = [k for k in keys if len({json.dumps(c.get(k), sort_keys=True) for c in same}) > 1]
-        extra = ", ".join(f"{k}={json.dumps(config.get(k)) if isinstance(config.get(k), dict) else config.get(k)}"
-                          for k in differ)
-        labels.append(f"{name} {extra}" if extra else str(name))
-    return labels
+    if row["seeds"] < 2 or math.isnan(sd):  # one seed has no spread to show
+        return f"{row['accuracy']:.3f}"
+    return f"{row['accuracy']:.3f} ± {sd:.3f}"
 
 
 def capability_grids(store: Store, run_ids: list[str]) -> list[dict[str, Any]]:
     """The capability table arranged as heat maps: one grid per model variant (the model config without
-    ``layers``), a row per task variant (task config), a column per depth (``model.layers``).
+    ``layers``), a row per task variant (the cell's task and training config: a store of one task at two learning
+    rates has two rows, ``icqa lr=0.003`` and ``icqa lr=0.01``), a column per depth (``model.layers``).
 
     Each grid: ``model`` (config without layers), ``model_label``, ``tasks`` (list of ``{"config", "label",
-    "name", "chance", "eval_protocol", "eval_examples"}``), ``depths`` (sorted) and ``cells``: a list of
-    capability rows (:func:`capability_rows`) each with ``task_index`` and ``depth`` added.
+    "name", "settings", "chance", "eval_protocol", "eval_examples"}``: the rows), ``depths`` (sorted) and
+    ``cells``: a list of capability rows (:func:`capability_rows`) each with ``task_index`` and ``depth`` added.
     """
     rows = capability_rows(store, run_ids)
-    configs: dict[str, dict[str, Any]] = {}
-    for run_id in run_ids:
-        run = store.get_run(run_id)
-        if run is not None:
-            configs[run_id] = run["config"]
     grids: dict[str, dict[str, Any]] = {}
     for row in rows:
-        config = configs[row["runs"][0]]
+        config = row["config"]
         model = {k: v for k, v in config["model"].items() if k != "layers"}
         grid = grids.setdefault(json.dumps(model, sort_keys=True),
                                 {"model": model, "tasks": [], "task_keys": [], "depths": set(), "cells": []})
-        task_key = json.dumps(config["task"], sort_keys=True)
+        task_key = json.dumps({k: v for k, v in config.items() if k != "model"}, sort_keys=True)
         if task_key not in grid["task_keys"]:
             grid["task_keys"].append(task_key)
-            grid["tasks"].append({"config": config["task"], "name": config["task"]["name"], "chance": row["chance"],
-                                  "eval_protocol": row["eval_protocol"], "eval_examples": row["eval_examples"]})
+            grid["tasks"].append({"config": config["task"], "variant": config, "name": config["task"]["name"],
+                                  "chance": row["chance"], "eval_protocol": row["eval_protocol"],
+                                  "eval_examples": row["eval_examples"]})
         task = grid["tasks"][grid["task_keys"].index(task_key)]
         for key in ("chance", "eval_protocol", "eval_examples"):
             if task[key] is None:
@@ -138,25 +132,36 @@ def capability_grids(store: Store, run_ids: list[str]) -> list[dict[str, Any]]:
         grid["depths"].add(row["layers"])
         grid["cells"].append({**row, "task_index": grid["task_keys"].index(task_key), "depth": row["layers"]})
     out = list(grids.values())
-    model_labels = variant_labels([g["model"] for g in out])
+    model_labels = variant_labels([g["model"] for g in out], lambda m: m.get("name", "?"))
     for grid, label in zip(out, model_labels, strict=True):
         grid["model_label"] = label
         grid["depths"] = sorted(grid["depths"], key=lambda d: (d is None, d))
-        for task, task_label in zip(grid["tasks"], variant_labels([t["config"] for t in grid["tasks"]]), strict=True):
-            task["label"] = task_label
+        variants = [t.pop("variant") for t in grid["tasks"]]
+        fields = variant_fields(variants, lambda v: v["task"]["name"], ignore=("model",), slot=_depth)
+        for task, variant, distinguishing in zip(grid["tasks"], variants, fields, strict=True):
+            task["label"] = labelled(task["name"], variant, distinguishing)
+            task["settings"] = field_values(variant, distinguishing)
         del grid["task_keys"]
     return out
 
 
+def panel_titles(rows: list[dict[str, Any]]) -> dict[str, str]:
+    """Each row label's title for a figure: the task's seed name and the row's distinguishing settings
+    (``in-context QA (IC-QA)`` for ``icqa``; ``… lr=0.01`` for ``icqa lr=0.01``)."""
+    return {r["label"]: labelled(task_title(r["task"]), r["settings"], list(r["settings"]))
+            for r in rows}
+
+
 def depth_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The seed 001 depth study's JSON rows: the capability rows without their run bookkeeping."""
-    keys = ("task", "layers", "accuracy", "accuracy_sd", "seeds", "chance", "steps", "eval_protocol", "runs")
+    keys = ("task", "label", "settings", "layers", "accuracy", "accuracy_sd", "seeds", "chance", "steps",
+            "eval_protocol", "runs")
     return [{k: r[k] for k in keys} for r in rows]
 
 
-def chance_by_task(rows: list[dict[str, Any]]) -> dict[str, float]:
-    """The chance level of each task of ``rows`` (where a run recorded it)."""
-    return {r["task"]: r["chance"] for r in rows if r["chance"] is not None}
+def chance_by_task(rows: list[dict[str, Any]], key: str = "task") -> dict[str, float]:
+    """The chance level of each task (or row ``key``: ``label``) of ``rows`` (where a run recorded it)."""
+    return {r[key]: r["chance"] for r in rows if r["chance"] is not None}
 
 
 def aggregate_curves(curves: list[dict[str, list]], name: str) -> tuple[list, list[float], list[float], list[float]]:
@@ -172,17 +177,45 @@ def aggregate_curves(curves: list[dict[str, list]], name: str) -> tuple[list, li
             [float(v.max()) for v in values])
 
 
+def seeds_note(rows: list[dict[str, Any]]) -> tuple[int | None, str]:
+    """The number of seeds most cells have, and the sentence a table says it in once: "mean ± sd over 3 seeds"
+    (cells with another number carry it: ``(n=2)``)."""
+    counts = Counter(r["seeds"] for r in rows if r["accuracy"] is not None)
+    if not counts:
+        return None, "mean ± sd over seeds"
+    n = counts.most_common(1)[0][0]
+    return n, f"mean ± sd over {n} seed{'s' if n != 1 else ''}" + (" (other counts marked n=…)" if len(counts) > 1
+                                                                   else "")
+
+
+def protocol_note(rows: list[dict[str, Any]], key: str = "label") -> str:
+    """The evaluation protocol of each task, said once below a table: "evaluated on — memorization: exhaustive
+    dataset (64 examples); icqa: …" (tasks sharing one protocol named together)."""
+    said: dict[str, list[str]] = {}
+    for r in rows:
+        if r.get("eval_protocol"):
+            protocol = r["eval_protocol"] + (f" ({r['eval_examples']:,} examples)" if r.get("eval_examples") else "")
+            names = said.setdefault(protocol, [])
+            if r[key] not in names:
+                names.append(r[key])
+    return "evaluated on — " + "; ".join(f"{', '.join(names)}: {p}" for p, names in said.items()) if said else ""
+
+
 def capability_table(rows: list[dict[str, Any]], title: str) -> Table:
-    """Rows: tasks; columns: depth; cells: mean ± sd over seeds; then chance and what was evaluated."""
+    """Rows: cells' labels (a task, with its distinguishing settings); columns: depth; cells: the final accuracy's
+    mean ± sd over seeds; then chance. How many seeds and what each task was evaluated on are said once, in the
+    caption, so the table fits 80 columns."""
     depths = sorted({r["layers"] for r in rows})
-    table = Table([Column("task"), *[Column(depth_label(d), "right") for d in depths], Column("chance", "right"),
-                   Column("evaluated on")], title=f"capability table — {title}")
-    for task in dict.fromkeys(r["task"] for r in rows):
-        cells = {r["layers"]: r for r in rows if r["task"] == task}
+    n, seeds = seeds_note(rows)
+    caption = "; ".join(x for x in (f"final accuracy, {seeds}", protocol_note(rows)) if x)
+    table = Table([Column("task"), *[Column(depth_label(d), "right", no_wrap=True) for d in depths],
+                   Column("chance", "right", no_wrap=True)], title=f"capability table — {title}", caption=caption)
+    for label in dict.fromkeys(r["label"] for r in rows):
+        cells = {r["layers"]: r for r in rows if r["label"] == label}
         first = next(iter(cells.values()))
-        table.add_row(task, *[format_cell(cells[d]) if d in cells else "" for d in depths],
-                      f"{first['chance']:.3f}" if first["chance"] is not None else "—",
-                      f"{first['eval_protocol']} ({first['eval_examples']} examples)")
+        texts = [format_cell(c) + (f" (n={c['seeds']})" if c["accuracy"] is not None and c["seeds"] != n else "")
+                 if (c := cells.get(d)) else "" for d in depths]
+        table.add_row(label, *texts, f"{first['chance']:.3f}" if first["chance"] is not None else "—")
     return table
 
 

@@ -37,6 +37,7 @@ import numpy as np
 import torch
 import yaml
 
+from ..bounded import MAX_TEXT_BYTES, BoundError, parse_yaml, read_file
 from ..errors import UserError
 from ..tasks.base import Batch, Task
 from .ablation import (
@@ -173,12 +174,13 @@ def _known(task: Task, role: str) -> bool:
 
 
 def load_circuit(path: FilePath, model: Any, task: Task) -> Circuit:
+    data = read_file(path, MAX_TEXT_BYTES, "circuit")  # a regular file of at most 1 MiB, else one line
     try:
-        raw = yaml.safe_load(FilePath(path).read_text())
-    except OSError as e:
-        raise UserError(f"circuit: cannot read {path}: {e.strerror}") from None
-    except yaml.YAMLError as e:
-        raise UserError(f"circuit: {path} is not valid YAML: {getattr(e, 'problem', e)}") from None
+        raw = parse_yaml(data.decode("utf-8"), "circuit")
+    except UnicodeDecodeError:
+        raise UserError(f"circuit: {path} is not a text file (not UTF-8); a circuit is YAML text") from None
+    except BoundError as e:
+        raise UserError(f"circuit: {path} is {e.detail}") from None
     return parse_circuit(raw, model, task, where=str(path))
 
 

@@ -29,11 +29,12 @@ from typing import Any
 
 import numpy as np
 
+from ..cells import group_cells, settings_text, varying_fields
 from ..constructions import attention_only
 from ..errors import UserError
 from ..store import Store
 from ..tasks.base import Batch, Task
-from .runs import LoadedRun, attention_maps, encode_example, group_runs, is_trained, load_run, sample_examples
+from .runs import LoadedRun, attention_maps, encode_example, is_trained, load_run, sample_examples
 
 FIGURE3_EXAMPLES = ("a → 1 b → 2 a → _1", "a → 1 b → 2 b → _2")
 TEMPLATE_EXAMPLES = ((0, 0, 1), (0, 1, 1))  # §6.2's "AAB=" and "ABB=": symbols a, b as A, B
@@ -110,12 +111,11 @@ def compare_runs(store: Store, run_ids: list[str]) -> dict[str, Any]:
     Returns ``{"task", "examples": [text …], "runs": [{"id", "label", "accuracy", "maps", "shares"}], "construction":
     {"maps"}}``; ``maps`` as :func:`depthlab.analysis.runs.attention_maps` returns them.
     """
-    groups = group_runs(store, run_ids, lambda r: json.dumps(
-        {k: v for k, v in r["config"].items() if k != "seed"}, sort_keys=True) if is_trained(r) else None)
-    groups.pop(None, None)
+    records = [r for r in (store.get_run(i) for i in run_ids) if r is not None and is_trained(r)]
     chosen = [min((r for r in runs if r["status"] == "done"), key=lambda r: r["config"]["seed"], default=None)
-              for runs in groups.values()]
+              for runs in group_cells(records)]
     chosen = [r for r in chosen if r is not None]
+    fields = varying_fields([r["config"] for r in chosen])  # what tells the configurations apart
     if not chosen:
         raise UserError("attention: no finished run to draw (train the preset first)")
     tasks = {json.dumps(r["config"]["task"], sort_keys=True) for r in chosen}
@@ -130,9 +130,10 @@ def compare_runs(store: Store, run_ids: list[str]) -> dict[str, Any]:
         out["examples"] = [run.task.decode(batch, i) for i in range(len(batch))]
         out["construction"] = {"maps": attention_maps(built, batch), "layers": built.model.layers,
                                "heads": built.model.spec.heads_per_layer}
-        model = record["config"]["model"]
+        settings = settings_text(record["config"], fields)
+        label = f"trained, {settings + ', ' if settings else ''}seed {record['config']['seed']}"
         out["runs"].append({
-            "id": record["id"], "label": f"trained, init {model.get('init', '?')}, seed {record['config']['seed']}",
+            "id": record["id"], "label": label,
             "accuracy": (record["final"] or {}).get("accuracy"), "maps": attention_maps(run, batch),
             "shares": construction_shares(attention_maps(run, measured), attention_maps(built, measured)),
         })

@@ -70,11 +70,11 @@ def save_history(store: Store, run_id: str, weights: dict[str, torch.Tensor], st
     return path
 
 
-def load_weights(model: Any, path: Path) -> None:
-    from safetensors.torch import load_file
+def load_weights(model: Any, path: Path, run: LoadedRun) -> None:
+    """``run``'s kept weights at ``path`` into ``model`` (names, dtypes and shapes checked before they are read)."""
+    from ..training.checkpoint import layout_of, read_weights
 
-    tensors = load_file(path)
-    model.load_run_state_dict(0, {k: v for k, v in tensors.items() if not k.startswith("optimizer.")})
+    model.load_run_state_dict(0, read_weights(path, layout_of(run.config), run.id))
 
 
 def first_crossing(steps: list[float], values: list[float], threshold: float = THRESHOLD,
@@ -130,7 +130,7 @@ def emergence(store: Store, run: LoadedRun, circuit: Circuit, examples: int = EM
     for step, path in points:
         if step == 0:
             continue
-        load_weights(model, path)
+        load_weights(model, path, run)
         measure(step)
     if run.step > steps[-1]:  # the final weights, when the history stops before them
         model = run.model

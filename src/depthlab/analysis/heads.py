@@ -21,9 +21,11 @@ from typing import Any
 
 import numpy as np
 
+from ..cells import field_values, group_cells, labelled, variant_fields, variant_labels
 from ..store import Store
-from .capability import aggregate_curves, variant_labels
-from .runs import group_runs, is_trained
+from ..tasks import task_title
+from .capability import aggregate_curves, format_cell, seeds_note
+from .runs import is_trained
 from .tables import Column, Table
 
 FIGURE_OF_TASK = {"memorization": "Figure 4", "icqa": "Figure 5", "template": "Figure 6", "ictm": "Figure 7"}
@@ -41,29 +43,34 @@ def _steps_to(steps: list[int], mean: list[float], level: float) -> int | None:
 
 
 def head_rows(store: Store, run_ids: list[str]) -> list[dict[str, Any]]:
-    """One row per (task configuration, head list): ``panel``, ``heads``, ``layers``, ``seeds``, ``accuracy`` and
+    """One row per cell (the runs that differ only in the seed: ``depthlab.cells``): ``panel`` (its task
+    configuration), ``heads`` (the head list, with any other setting in which cells of one panel and head list
+    differ: ``[1, 4] lr=0.01``), ``settings`` (those settings), ``layers``, ``seeds``, ``accuracy`` and
     ``accuracy_sd`` (final, over seeds), ``steps_to`` (first step the mean curve reaches ``SPEED_AT``, or None),
     ``chance`` and ``curves`` (each seed's eval metrics), in the order the runs are given."""
-    groups = group_runs(store, run_ids, lambda r: json.dumps(
-        {"task": r["config"]["task"], "model": r["config"]["model"]}, sort_keys=True) if is_trained(r) else None)
-    groups.pop(None, None)
-    configs = [runs[0]["config"] for runs in groups.values()]
+    records = [r for r in (store.get_run(i) for i in run_ids) if r is not None and is_trained(r)]
+    groups = group_cells(records)
+    configs = [runs[0]["config"] for runs in groups]
     tasks = list(dict.fromkeys(json.dumps(c["task"], sort_keys=True) for c in configs))
-    names = dict(zip(tasks, variant_labels([json.loads(t) for t in tasks], ignore=("data_seed",)), strict=True))
+    names = dict(zip(tasks, variant_labels([json.loads(t) for t in tasks], lambda t: t["name"], ignore=("data_seed",)),
+                     strict=True))
+    fields = variant_fields(configs, lambda c: json.dumps([c["task"], heads_label(c["model"])], sort_keys=True),
+                            ignore=("model.heads", "model.layers"))
     rows = []
-    for runs, config in zip(groups.values(), configs, strict=True):
+    for runs, config, distinguishing in zip(groups, configs, fields, strict=True):
         curves = [m for m in (store.metric_columns(r["id"]).get("eval") for r in runs) if m]
         done = [r["final"] for r in runs if r["status"] == "done" and r["final"]]
         accs = np.array([f["accuracy"] for f in done if f.get("accuracy") is not None], dtype=float)
         steps, mean, _, _ = aggregate_curves(curves, "accuracy")
         task = config["task"]
         figure = FIGURE_OF_TASK.get(task["name"])
-        name = names[json.dumps(task, sort_keys=True)]
+        name = names[json.dumps(task, sort_keys=True)].replace(task["name"], task_title(task["name"]), 1)
         rows.append({
             "panel": f"{figure}: {name}" if figure else name,
-            "heads": heads_label(config["model"]),
+            "heads": labelled(heads_label(config["model"]), config, distinguishing),
+            "settings": field_values(config, distinguishing),
             "layers": config["model"].get("layers"),
-            "seeds": len(runs),
+            "seeds": len(accs),
             "accuracy": float(accs.mean()) if len(accs) else None,
             "accuracy_sd": float(accs.std(ddof=1)) if len(accs) > 1 else (0.0 if len(accs) else None),
             "steps_to": _steps_to(steps, mean, SPEED_AT),
@@ -80,12 +87,15 @@ def heads_json(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def heads_table(rows: list[dict[str, Any]], title: str) -> Table:
-    table = Table([Column("panel"), Column("heads"), Column("final accuracy", "right"),
-                   Column(f"first step at {SPEED_AT:g}", "right"), Column("chance", "right")], title=title,
-                  caption=f"final accuracy: mean ± sd over seeds; first step at which the seeds' mean evaluation "
-                          f"accuracy reaches {SPEED_AT:g}")
+    """A row per cell: its panel, head list, final accuracy (mean ± sd over seeds, said once in the caption),
+    speed and chance."""
+    n, seeds = seeds_note(rows)
+    table = Table([Column("panel"), Column("heads"), Column("final accuracy", "right", no_wrap=True),
+                   Column(f"first step at {SPEED_AT:g}", "right"), Column("chance", "right", no_wrap=True)],
+                  title=title, caption=f"final accuracy: {seeds}; first step at which the seeds' mean evaluation "
+                                       f"accuracy reaches {SPEED_AT:g}")
     for r in rows:
-        acc = "—" if r["accuracy"] is None else f"{r['accuracy']:.3f} ± {r['accuracy_sd']:.3f}"
+        acc = format_cell(r) + (f" (n={r['seeds']})" if r["accuracy"] is not None and r["seeds"] != n else "")
         speed = "not reached" if r["steps_to"] is None else str(r["steps_to"])
         chance = "—" if r["chance"] is None or not math.isfinite(r["chance"]) else f"{r['chance']:.3f}"
         table.add_row(r["panel"], r["heads"], acc, speed, chance)

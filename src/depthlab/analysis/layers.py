@@ -17,10 +17,11 @@ from typing import Any
 
 import numpy as np
 
+from ..cells import field_values, group_cells, settings_text, variant_fields
 from ..store import Store
 from .ablation import score
 from .emergence import ANALYSIS_SEED
-from .runs import group_runs, load_run, sample_examples
+from .runs import load_run, sample_examples
 from .tables import Column, Table
 
 PARTIAL_EXAMPLES = 4096  # fresh evaluation examples for partial losses measured on a checkpoint
@@ -34,16 +35,26 @@ def run_partial_losses(store: Store, run_id: str, final: dict[str, Any]) -> dict
     return score(run.model, run.task, sample_examples(run.task, PARTIAL_EXAMPLES, ANALYSIS_SEED))["partial_losses"]
 
 
-def layers_rows(store: Store, run_ids: list[str]) -> list[dict[str, Any]]:
-    """One row per (formulation, D, layers): final loss and partial losses, mean over seeds."""
-    def key(run: dict[str, Any]) -> tuple:
-        task, model = run["config"]["task"], run["config"]["model"]
-        return (task.get("target", "ic"), task.get("D"), model.get("layers"),
-                json.dumps({k: v for k, v in model.items() if k != "layers"}, sort_keys=True))
+def _order(group: tuple[list[dict[str, Any]], dict[str, Any], list[str]]) -> tuple:
+    """Rows by formulation, D, distinguishing settings, then layers."""
+    _, config, fields = group
+    return (config["task"].get("target", "ic"), config["task"].get("D"), settings_text(config, fields),
+            config["model"].get("layers"))
 
-    groups = group_runs(store, run_ids, key)
+
+def layers_rows(store: Store, run_ids: list[str]) -> list[dict[str, Any]]:
+    """One row per cell (the runs that differ only in the seed: ``depthlab.cells``), sorted by formulation, D
+    and layers: final loss and partial losses, mean over seeds. ``settings`` holds any other field in which cells
+    of one (formulation, D, layers) differ (a learning rate, a width), ``variant`` says them (``lr=0.01``)."""
+    records = [r for r in (store.get_run(i) for i in run_ids) if r is not None]
+    groups = group_cells(records)
+    configs = [runs[0]["config"] for runs in groups]
+    fields = variant_fields(configs, lambda c: json.dumps([c["task"].get("target", "ic"), c["task"].get("D")]),
+                            ignore=("model.layers",), slot=lambda c: c["model"].get("layers"))
     rows = []
-    for (formulation, depth, layers, _), runs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
+    for runs, config, distinguishing in sorted(zip(groups, configs, fields, strict=True), key=_order):
+        formulation, depth, layers = config["task"].get("target", "ic"), config["task"].get("D"), config["model"].get(
+            "layers")
         done = [r for r in runs if r["status"] == "done" and r["final"]]
         losses = np.array([r["final"]["loss"] for r in done], dtype=float)
         parts = [run_partial_losses(store, r["id"], r["final"]) for r in done]
@@ -51,6 +62,7 @@ def layers_rows(store: Store, run_ids: list[str]) -> list[dict[str, Any]]:
         partial = [float(np.mean([p[name] for p in parts])) for name in names]
         rows.append({
             "formulation": formulation, "D": depth, "layers": layers,
+            "settings": field_values(config, distinguishing), "variant": settings_text(config, distinguishing),
             "loss": float(losses.mean()) if len(losses) else None,
             "loss_sd": float(losses.std(ddof=1)) if len(losses) > 1 else None,
             "loss_min": float(losses.min()) if len(losses) else None,
@@ -66,16 +78,21 @@ def layers_rows(store: Store, run_ids: list[str]) -> list[dict[str, Any]]:
 
 
 def layers_table(rows: list[dict[str, Any]], title: str) -> Table:
-    """A row per (formulation, D, layers): the mean final loss, each seed's, and the mean partial losses."""
-    right = ("D", "layers", "loss (mean over seeds)")
-    table = Table([Column(c, "right" if c in right else "left") for c in (
-        "formulation", "D", "layers", "loss (mean over seeds)", "each seed", "partial losses (mean)")],
-        title=f"final validation loss by depth — {title}")
+    """A row per cell (formulation, D, layers, and any distinguishing settings): the mean final loss over seeds,
+    each seed's, and the mean partial losses."""
+    variants = any(r["variant"] for r in rows)
+    right = ("D", "layers", "loss (mean)")
+    headers = ("formulation", *(("settings",) if variants else ()), "D", "layers", "loss (mean)", "each seed",
+               "partial losses (mean)")
+    table = Table([Column(c, "right" if c in right else "left") for c in headers],
+                  title=f"final validation loss by depth — {title}",
+                  caption="loss: mean over seeds of the final validation MSE; each seed's beside it")
     for r in rows:
         loss = "—" if r["loss"] is None else f"{r['loss']:.4f}"
         seeds = " ".join(f"{v:.3f}" for v in r["seed_losses"])
         parts = "  ".join(f"{n} {v:.3f}" for n, v in zip(r["partial_names"], r["partial_losses"], strict=True))
-        table.add_row(r["formulation"], str(r["D"]), str(r["layers"]), loss, seeds, parts)
+        table.add_row(r["formulation"], *((r["variant"],) if variants else ()), str(r["D"]), str(r["layers"]),
+                      loss, seeds, parts)
     return table
 
 

@@ -11,14 +11,13 @@ pickle; the optimizer state is dropped). ``attention_maps`` runs chosen examples
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
-import yaml
 
+from ..bounded import BoundError, parse_yaml
 from ..errors import UserError
 from ..models import TaskShapes, build_model
 from ..models.tokens import Vocabulary
@@ -50,7 +49,7 @@ def load_run(store: Store, run_id: str, requires_grad: bool = False) -> LoadedRu
     """Rebuild ``run_id``'s trained model from its config and checkpoint (in eval mode; its parameters take
     gradients only with ``requires_grad``: the analyses read, they do not train); UserError when impossible."""
     from ..config import parse_run
-    from ..training.checkpoint import CheckpointError, load_checkpoint
+    from ..training.checkpoint import CheckpointError, Owner, layout_of, load_checkpoint
 
     record = store.get_run(run_id)
     if record is None:
@@ -60,7 +59,8 @@ def load_run(store: Store, run_id: str, requires_grad: bool = False) -> LoadedRu
     except UserError as e:
         raise UserError(f"run {run_id}: its config does not load in this depthlab ({e})") from None
     try:
-        loaded = load_checkpoint(store.run_folder(run_id))
+        owner = Owner(run_id, store.config_hash(record["config"]))  # as recorded, whatever this depthlab's defaults
+        loaded = load_checkpoint(store.run_folder(run_id), owner, layout_of(config))
     except CheckpointError as e:
         raise UserError(f"run {run_id}: {e}") from None
     if loaded is None:
@@ -178,8 +178,8 @@ def attention_maps(run: LoadedRun, batch: Batch) -> list[dict[str, Any]]:
 
 def _parse_value(text: str) -> Any:
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
+        return parse_yaml(text, "--runs")
+    except BoundError:
         return text
 
 
@@ -253,13 +253,3 @@ def is_trained(record: dict[str, Any]) -> bool:
     ``llm-bench`` run has neither, so the analyses of trained runs leave it out."""
     config = record.get("config") or {}
     return isinstance(config.get("task"), dict) and isinstance(config.get("model"), dict)
-
-
-def group_runs(store: Store, run_ids: list[str], key: Callable[[dict[str, Any]], Hashable]) -> dict[Any, list[dict]]:
-    """The store records of ``run_ids`` (missing ones skipped) grouped by ``key(record)``, in first-seen order."""
-    groups: dict[Any, list[dict[str, Any]]] = {}
-    for run_id in run_ids:
-        record = store.get_run(run_id)
-        if record is not None:
-            groups.setdefault(key(record), []).append(record)
-    return groups

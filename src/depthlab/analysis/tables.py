@@ -26,6 +26,7 @@ class Table:
     caption: str | None = None
     title_justify: Justify = "left"
     caption_justify: Justify = "left"
+    compact: bool = False  # lines under the header only, no frame: for wide listings at 80 columns
     rows: list[list[str]] = field(default_factory=list)
 
     @classmethod

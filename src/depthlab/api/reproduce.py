@@ -54,7 +54,7 @@ def run_preset(preset: Preset, store: Store, out: Path | None, train: Train, vec
                         "training; allowed only for presets of sweeps")
     started = time.perf_counter()
     figure = (out or store.root / "figures") / f"{preset.name}-{preset.scale}.png"
-    title, partial = preset.title, None
+    title, partial = preset_title(preset), None
     if preset.studies:
         run_ids: list[str] = []  # a study's runs are found by climbing; its cells do not keep their ids
         summary, tables = summarize(climb_studies(preset.studies, store, train, preset.name), figure, title,
@@ -77,6 +77,15 @@ def run_preset(preset: Preset, store: Store, out: Path | None, train: Train, vec
               "seconds": round(time.perf_counter() - started, 1), "threads": torch.get_num_threads()}
     record_reproduction(store.root, manifest(preset, result, run_ids))
     return result, tables
+
+
+def preset_title(preset: Preset) -> str:
+    """What a preset's figures and tables are titled: its title and the seed figures it draws, said once
+    (``training dynamics for different attention heads (seed 001 Figures 4-7)``)."""
+    from ..captions import figures_text
+
+    figures = figures_text(preset.figures)
+    return f"{preset.title} ({figures})" if figures else preset.title
 
 
 def figure_files(obj: Any) -> list[str]:
@@ -151,13 +160,18 @@ def plan(name: str, scale: str = "quick", *, store: str | Path | Store | None = 
 def plan_for(preset: Preset, store: str | Path | Store | None = None, group_size: int | None = None,
              max_seconds: float | None = 120.0) -> dict[str, Any]:
     """:func:`plan` of a loaded preset (``store``: a store or the path of one; a path with no store is no store)."""
-    from ..store import Store as LowLevelStore
-    from ..store import database_path
     from ..sweeps.plan import plan_preset
 
-    db = store if isinstance(store, LowLevelStore) else (
+    return plan_preset(preset, group_size, max_seconds, done_runs(existing_store(store), preset.every_run))
+
+
+def existing_store(store: str | Path | Store | None) -> Store | None:
+    """``store`` opened when it exists (a path with no store is no store: a plan creates nothing)."""
+    from ..store import Store as LowLevelStore
+    from ..store import database_path
+
+    return store if isinstance(store, LowLevelStore) else (
         LowLevelStore(Path(store)) if store is not None and database_path(Path(store)).is_file() else None)
-    return plan_preset(preset, group_size, max_seconds, done_runs(db, preset.every_run))
 
 
 def explain(name: str) -> dict[str, Any]:

@@ -32,11 +32,12 @@ class Store(store.Store):
         if not create and not store.database_path(root).is_file():
             raise store.StoreError(f"no depthlab store at {root} (depthlab.train or depthlab.sweep with "
                                    f"store={str(root)!r} trains runs into one)")
-        super().__init__(root)
+        super().__init__(root, create=create)
 
     def runs(self, status: str | None = None, task: str | None = None) -> pd.DataFrame:
         """One row per run (oldest first; only ``status`` / ``task`` ones when given): ``id``, ``status``,
-        ``task``, ``model``, ``step``, ``created``, ``updated``, ``error``, every config field as a dotted column
+        ``task``, ``model``, ``step``, ``created``, ``updated``, ``error``, ``cell`` (equal for the runs whose
+        configs differ only in the seed: group by it to pool seeds), every config field as a dotted column
         (``model.layers``, ``task.k``, ``train.lr``, ``seed``), then the final metrics (``accuracy``, ``loss``,
         ``steps``, ``chance`` …; NaN where a run has none). See :mod:`depthlab.api.tables` for the dtypes."""
         from .tables import runs_frame
@@ -75,5 +76,5 @@ class Store(store.Store):
                 steps = ", ".join(str(s) for s in sorted({*kept, run.step}))
                 raise UserError(f"step {step}: run {run.id} has weights at steps {steps} (train.keep_checkpoints "
                                 f"keeps every checkpoint's)")
-            load_weights(run.model, kept[step])
+            load_weights(run.model, kept[step], run)
         return SingleRunModel(run.model, run.task)

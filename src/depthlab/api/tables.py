@@ -1,7 +1,8 @@
 """The store as pandas tables: one row per run, and every metrics row in long form.
 
-:func:`runs_frame`: ``id, status, task, model, step, created, updated, error``, then every config field as a
-dotted column (``task.k``, ``model.layers``, ``train.lr``, ``seed``), then the final metrics (``accuracy``,
+:func:`runs_frame`: ``id, status, task, model, step, created, updated, error``, ``cell`` (the same for runs
+whose configs differ only in the seed: ``df.groupby("cell")`` pools seeds and nothing else), then every config field
+as a dotted column (``task.k``, ``model.layers``, ``train.lr``, ``seed``), then the final metrics (``accuracy``,
 ``loss``, ``steps``, ``chance`` …; nested ones dotted, ``partial_losses.x1``; one that would repeat a column's
 name is ``final.<name>``). :func:`metrics_frame`: ``run_id, step, split, metric, value``.
 
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 RUN_COLUMNS = ("id", "status", "task", "model", "step", "created", "updated", "error")
+CELL_COLUMN = "cell"  # the run's cell: equal for runs whose configs differ only in the seed (depthlab.cells)
 TIME_COLUMNS = ("created", "updated")
 METRIC_COLUMNS = ("run_id", "step", "split", "metric", "value")
 
@@ -61,11 +63,13 @@ def runs_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
     """Store records (``Store.find_runs``) as one row per run, in their order (see the module's docstring)."""
     import pandas as pd
 
+    from ..cells import cell_id
     from ..fields import flat_fields
 
     rows, config_columns, final_columns = [], {}, {}
     for record in records:
         row = {name: record[name] for name in RUN_COLUMNS}
+        row[CELL_COLUMN] = cell_id(record["config"] or {})
         for name, value in flat_fields(record["config"] or {}).items():
             row[name] = value
             config_columns.setdefault(name, None)
@@ -74,7 +78,7 @@ def runs_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
             row[column] = value
             final_columns.setdefault(column, None)
         rows.append(row)
-    frame = typed_frame(rows, [*RUN_COLUMNS, *config_columns, *final_columns])
+    frame = typed_frame(rows, [*RUN_COLUMNS, CELL_COLUMN, *config_columns, *final_columns])
     for name in TIME_COLUMNS:
         frame[name] = pd.to_datetime(frame[name].astype("float64"), unit="s", utc=True)
     return frame

@@ -4,9 +4,9 @@
 commands share (options, the JSON emitter, opening stores and runs, progress bars, tables) in :mod:`.common`; each
 command group in a module of its own that registers its commands on ``app`` when imported: ``llm`` (llm-prompts,
 llm-bench), ``construct``, ``report``, ``induction`` (induction, export), ``runs`` (tasks, sample, train, sweep,
-runs), ``reproduce`` (reproduce, capability, bench) and ``analyze``; the ``--format`` option of the commands that
-draw in :mod:`.figures`. :func:`main`, the entry point, draws figures with a non-interactive backend (Agg): the
-command's process chooses it, never an import of depthlab.
+runs), ``reproduce`` (reproduce, capability, bench), ``atlas`` and ``analyze``; the ``--format`` option of the
+commands that draw in :mod:`.figures`. :func:`main`, the entry point, draws figures with a non-interactive backend
+(Agg): the command's process chooses it, never an import of depthlab.
 """
 
 from depthlab.cli.app import app
@@ -14,7 +14,7 @@ from depthlab.cli.app import main as run_app
 
 # Each module registers its commands on ``app`` when imported; ``depthlab --help`` lists them in this order.
 # isort: off
-from depthlab.cli import llm, construct, report, induction, runs, reproduce, analyze  # noqa: F401
+from depthlab.cli import llm, construct, report, induction, runs, reproduce, atlas, analyze  # noqa: F401
 # isort: on
 
 __all__ = ["app", "main"]

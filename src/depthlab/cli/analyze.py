@@ -17,7 +17,7 @@ from rich.console import Console
 from ..analysis.tables import Table
 from ..errors import UserError
 from .app import app
-from .common import JsonOpt, StoreOpt, emit, open_run, show
+from .common import FIGURE_SUFFIXES, JsonOpt, StoreOpt, check_output, emit, open_run, show
 from .figures import FormatOpt, vector_format
 
 analyze_app = typer.Typer(no_args_is_help=True, help="Look inside a trained run: attention maps, ablations, circuits, "
@@ -62,7 +62,7 @@ def attention_cmd(run: RunArg, example: Annotated[list[str] | None, typer.Option
     from ..draw.attention_maps import attention_figure
 
     vector = vector_format(format_)
-    db, loaded = open_run(store, run)
+    db, loaded = open_run(store, run, readonly=False)  # records its figures in the store
     batch = _examples(loaded, n, seed, example)
     items = examples_with_attention(loaded, batch)
     out = []
@@ -104,9 +104,8 @@ def attention_picture_cmd(run: RunArg, tokens: Annotated[str | None, typer.Optio
     from ..draw import attention, save
 
     vector = vector_format(format_)
-    if out is not None and (out.is_dir() or out.suffix not in (".png", ".pdf", ".svg")):
-        raise UserError(f"--out: a file name ending in .png, .pdf or .svg (got {str(out)!r})")
-    db, loaded = open_run(store, run)
+    check_output(out, "--out", suffixes=FIGURE_SUFFIXES)  # a folder, a device, another suffix: before any work
+    db, loaded = open_run(store, run, readonly=out is not None)  # without --out, the figure is recorded in the store
     if not loaded.model.heads_per_layer:
         raise UserError(f"attention: run {loaded.id} is a {loaded.config.model.name} model, which has no attention")
     if tokens is not None:
@@ -176,7 +175,7 @@ def circuit_cmd(run: RunArg, circuit: Annotated[Path | None, typer.Argument(
     if (circuit is None) == (not discover_):
         raise UserError("circuit: give a circuit file or --discover (not both)")
     vector = vector_format(format_)
-    db, loaded = open_run(store, run)
+    db, loaded = open_run(store, run, readonly=False)  # records its figures in the store
     batch = _examples(loaded, n, seed, None)
     log = None
     if discover_:
@@ -219,7 +218,7 @@ def emergence_cmd(run: RunArg, circuit: Annotated[Path, typer.Argument(help="cir
     from ..draw.emergence import emergence_figure
 
     vector = vector_format(format_)
-    db, loaded = open_run(store, run)
+    db, loaded = open_run(store, run, readonly=False)  # records its figures in the store
     spec = load_circuit(circuit, loaded.model, loaded.task)
     result = emergence(db, loaded, spec, examples=examples, seed=seed)
     figure = _save_figure(db, loaded.id, emergence_figure(result, f"run {loaded.id}"), "analysis/emergence.png",

@@ -9,13 +9,14 @@ Nothing reaches stdout on an error, so ``--json`` output is one JSON object or n
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
 import tempfile
 import traceback
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -93,12 +94,73 @@ def _out_of_gpu_memory(error: Exception) -> bool:
     return torch is not None and isinstance(error, getattr(torch, "OutOfMemoryError", ()))
 
 
+def _out_of_cpu_memory(error: Exception) -> bool:
+    """PyTorch's CPU allocator failing (a RuntimeError, not a MemoryError: with ``DEPTHLAB_MEMORY=off``)."""
+    return isinstance(error, RuntimeError) and "can't allocate memory" in str(error)
+
+
+class StdoutError(UserError):
+    """stdout could not take the output (a full disk or device behind it)."""
+
+
+class _GuardedStdout:
+    """stdout while a command runs: a write or flush that fails with an OSError (a full disk, ``/dev/full``) is a
+    StdoutError naming the stream; a reader that went away stays a BrokenPipeError (handled on its own)."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def _call(self, method: str, *args: Any) -> Any:
+        try:
+            return getattr(self._stream, method)(*args)
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            raise StdoutError(f"stdout: cannot write the output ({e.strerror or e}); free space or redirect it "
+                              f"elsewhere") from None
+
+    def write(self, data: Any) -> Any:
+        return self._call("write", data)
+
+    def flush(self) -> None:
+        self._call("flush")
+
+    @property
+    def buffer(self) -> _GuardedStdout:
+        return _GuardedStdout(self._stream.buffer)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _silence_stdout(failed: Any) -> None:
+    """Point stdout at /dev/null: what the ``failed`` stream could not take must not fail again when Python flushes
+    it at exit (the process's own stdout is redirected below Python too; any other stream is only replaced)."""
+    if failed is sys.__stdout__:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), failed.fileno())
+    sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (left open: Python flushes it at exit)
+
+
 def main() -> None:
     """``depthlab``: run the app inside the error boundary (module docstring)."""
+    from .common import OPENED, damage_notes
+
+    OPENED.clear()
+    if sys.stdout is None:  # started with stdout closed (`>&-`): results would be lost, or land in a file it opens
+        print("error: stdout is closed; depthlab writes its results there: redirect it to a file or /dev/null",
+              file=sys.stderr)
+        raise SystemExit(2)
     code: int | None
+    stdout, sys.stdout = sys.stdout, _GuardedStdout(sys.stdout)
     try:
         # Without standalone mode, Typer returns the exit code of a command that exits (Ctrl-C becomes 130).
         code = command().main(prog_name="depthlab", standalone_mode=False)
+        sys.stdout.flush()  # a stdout that cannot take the output fails here, inside the boundary
+    except StdoutError as e:
+        code, line = 2, str(e)
+        _silence_stdout(stdout)
+        stdout = sys.stdout
     except UserError as e:
         code, line = 2, _one_line(str(e))
     except USAGE_ERROR as e:
@@ -119,13 +181,24 @@ def main() -> None:
         else:  # a path the command was given or writes to: its name and what the system said
             code, line = 2, f"{e.filename}: {e.strerror or e}"
     except Exception as e:
+        from ..plugins import blame
+
         if _out_of_gpu_memory(e):
             code, line = 2, (f"out of GPU memory: {_one_line(str(e))[:200]}; ask for smaller sizes or fewer runs "
                              "at once (--group-size)")
+        elif _out_of_cpu_memory(e):
+            code, line = 2, (f"out of memory: {_one_line(str(e)).partition('DefaultCPUAllocator: ')[2][:160]}; ask "
+                             "for smaller sizes, or free memory (with DEPTHLAB_MEMORY=off sizes are not checked "
+                             "before they are allocated)")
+        elif blame(e):  # raised in a plugin's code: the plugin's error, not depthlab's
+            code, line = 2, blame(e)
         else:
             code, line = 1, _internal_error(e)
     else:
         line = None
+    sys.stdout = stdout  # as it was before the guard (and any wrapper a plugin put around it)
+    for note in damage_notes():  # rows a store left out, named even when the command could work without them
+        print(f"warning: {note}", file=sys.stderr)
     if line:
         print(f"error: {line}", file=sys.stderr)
     if code == 130:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table as RichTable
@@ -75,19 +76,63 @@ def emit(obj: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-def open_store(path: Path | None, create: bool = True) -> Store:
+OPENED: list[Store] = []  # the stores this command opened: what they left out is said at the end (app.main)
+
+
+FIGURE_SUFFIXES = (".png", ".svg", ".pdf")  # what draw.save writes
+
+
+def check_output(path: Path | None, option: str, folder: bool = False, suffixes: tuple[str, ...] = ()) -> None:
+    """An output path checked before any work, so a command never trains for an hour and then fails to write:
+    a file path that is a folder or a device (or a folder path that is a file), a suffix not in ``suffixes``, a
+    folder above it that is a file or a dangling symlink, or one that cannot be written is a one-line UserError
+    naming ``option``. Nothing is created."""
+    if path is None:
+        return
+    from ..bounded import kind_of
+
+    wanted = "a folder" if folder else "a file"
+    if path.exists():
+        kind = "a folder" if path.is_dir() else kind_of(path.stat().st_mode) or "a file"
+        if kind != wanted:
+            raise UserError(f"{option}: {path} is {kind}; give the path of {wanted}")
+    elif path.is_symlink():
+        raise UserError(f"{option}: {path} is a symlink to {os.readlink(path)}, which does not exist")
+    if suffixes and not folder and path.suffix.lower() not in suffixes:
+        raise UserError(f"{option}: {path} must end in {', '.join(suffixes)} (the format is read from it)")
+    above = next((p for p in path.absolute().parents if p.exists() or p.is_symlink()), None)
+    if above is not None and not above.is_dir():
+        what = f"a symlink to {os.readlink(above)}, which does not exist" if not above.exists() else "not a folder"
+        raise UserError(f"{option}: {path} cannot be written: {above} is {what}")
+    target = path if path.exists() else above
+    if target is not None and not os.access(target if target.is_dir() else target.parent, os.W_OK):
+        raise UserError(f"{option}: {path} cannot be written: permission denied in {target}")
+
+
+def open_store(path: Path | None, create: bool = True, readonly: bool = False) -> Store:
     """The store at ``path``, or at ``$DEPTHLAB_STORE`` / ``./depthlab-runs``. Commands that train create it;
-    commands that only read it pass ``create=False``, so a mistyped path is an error, not an empty store."""
+    commands that write into an existing one pass ``create=False``, so a mistyped path is an error, not an empty
+    store; commands that only read pass ``readonly=True``: opened read-only, never created, migrated or rewritten."""
     from ..store import Store, default_store_path
+    from ..store.layout import ENV_VAR
 
-    return Store(path or default_store_path(), create=create)
+    source = "--store" if path is not None or not os.environ.get(ENV_VAR, "").strip() else f"${ENV_VAR}"
+    store = Store(path or default_store_path(), create=create, readonly=readonly, source=source)
+    OPENED.append(store)
+    return store
 
 
-def open_run(store: Path | None, run: str) -> tuple[Store, LoadedRun]:
-    """The store and the run ``run`` (its id or a unique prefix of it), rebuilt from its checkpoint."""
+def damage_notes() -> list[str]:
+    """One line per row the stores of this command left out because it cannot be read."""
+    return [note for store in OPENED for note in store.damage.values()]
+
+
+def open_run(store: Path | None, run: str, readonly: bool = True) -> tuple[Store, LoadedRun]:
+    """The store and the run ``run`` (its id or a unique prefix of it), rebuilt from its checkpoint; the store is
+    opened read-only unless the command records something in it (``readonly=False``: never created, though)."""
     from ..analysis.runs import load_run
 
-    db = open_store(store, create=False)
+    db = open_store(store, create=False, readonly=readonly)
     return db, load_run(db, db.resolve(run))
 
 
@@ -139,16 +184,30 @@ def run_sweep(runs: list, store: Store, group_size: int | None, quiet: bool, des
     from ..training.tracking import open_trackers
 
     total = sum(r.train.steps for r in runs)
+    if executor == "local" and not quiet and console.is_terminal:  # the command's size before its first run
+        from ..memory import format_bytes
+        from ..sweeps.local import preflight
+
+        groups, peak = preflight(runs, group_size)
+        console.print(f"{len(runs):,} run{'s' if len(runs) != 1 else ''} in {groups:,} group"
+                      f"{'s' if groups != 1 else ''} ({total:,} run-steps); the largest group needs about "
+                      f"{format_bytes(peak)}")
     with step_progress(total, description, quiet) as advance, open_trackers(log or [], store.root) as tracker:
         return train_runs(runs, store, group_size, executor, address, resources, advance, tracker)
 
 
 def rich_table(table: Table) -> RichTable:
-    """``table`` as a rich table."""
+    """``table`` as a rich table. Where the terminal is narrow (80 columns when piped) a right-aligned column (a
+    number's) is never narrower than the widest word of its cells, so a cell may wrap between words ("0.987" over
+    "(lr 1e-03)") but no number is split or cut, and a word too long for its column (a header's) folds onto the
+    next line rather than losing its end to an ellipsis."""
     out = RichTable(title=table.title, title_justify=table.title_justify, caption=table.caption,
-                    caption_justify=table.caption_justify)
-    for column in table.columns:
-        out.add_column(column.header, justify=column.justify, no_wrap=column.no_wrap)
+                    caption_justify=table.caption_justify,
+                    **({"box": box.SIMPLE_HEAD, "pad_edge": False, "collapse_padding": True} if table.compact else {}))
+    for i, column in enumerate(table.columns):
+        widest = max((len(word) for row in table.rows for word in str(row[i]).split()), default=0)
+        out.add_column(column.header, justify=column.justify, no_wrap=column.no_wrap, overflow="fold",
+                       min_width=widest if column.justify == "right" and widest else None)
     for row in table.rows:
         out.add_row(*row)
     return out

@@ -15,7 +15,7 @@ from .common import JsonOpt, emit, show
 
 def parse_sets(items: list[str] | None) -> dict[str, Any]:
     """``key=value`` strings to a mapping; values are read as YAML (``3``, ``icqa``)."""
-    import yaml
+    from ..bounded import BoundError, parse_yaml
 
     out: dict[str, Any] = {}
     for item in items or []:
@@ -26,9 +26,9 @@ def parse_sets(items: list[str] | None) -> dict[str, Any]:
         if not key:
             raise UserError(f"--set {item}: the key is empty")
         try:
-            out[key] = yaml.safe_load(text)
-        except yaml.YAMLError:
-            raise UserError(f"--set {key}: cannot parse value {text!r}") from None
+            out[key] = parse_yaml(text, f"--set {key}")
+        except BoundError as e:
+            raise UserError(f"--set {key}: cannot parse value {text!r} ({e.detail})") from None
     return out
 
 

@@ -12,7 +12,7 @@ from rich.console import Console
 
 from ..errors import UserError
 from .app import app
-from .common import JsonOpt, StoreOpt, emit, open_run, show
+from .common import JsonOpt, StoreOpt, check_output, emit, open_run, show
 from .figures import FormatOpt, vector_format
 
 
@@ -107,6 +107,7 @@ def export(run: Annotated[str, typer.Argument(help="run id (or unique prefix)")]
 
     if to != "transformerlens":
         raise UserError(f"--to: unknown format {to!r}; allowed: transformerlens")
+    check_output(out, "--out", folder=True)
     db, loaded = open_run(store, run)
     state, config = transformerlens_export(loaded.model, {"run": loaded.id, "step": loaded.step})
     folder = out or db.artifact_path(loaded.id, "export", "transformerlens")

@@ -14,7 +14,7 @@ from ..analysis.tables import Table
 from ..errors import UserError
 from ..llm.prompts import DEFAULT_CHAINS, FORMULATIONS, check_chains, check_formulation, resolve_depth
 from .app import app
-from .common import JsonOpt, console, emit, open_store, progress_bar, show
+from .common import FIGURE_SUFFIXES, JsonOpt, check_output, console, emit, open_store, progress_bar, show
 from .figures import FormatOpt, vector_format
 
 _FORMULATION_HELP = ", ".join(FORMULATIONS)
@@ -77,7 +77,8 @@ def llm_bench(
         int | None, typer.Option("--max-new-tokens", min=1, help="reply length cap (local default 16)")
     ] = None,
     concurrency: Annotated[int, typer.Option("--concurrency", min=1, help="requests in flight (endpoint)")] = 4,
-    timeout: Annotated[float, typer.Option("--timeout", min=0.001, help="seconds per HTTP request")] = 60.0,
+    timeout: Annotated[float, typer.Option(
+        "--timeout", min=0.001, help="seconds per HTTP request, in all (connect, headers, body)")] = 60.0,
     retries: Annotated[int, typer.Option("--retries", min=0, help="HTTP retries on 429/5xx/network errors")] = 5,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="prompts per generate call (local)")] = 1,
     device: Annotated[str | None, typer.Option("--device", help="local model device (default cuda if any)")] = None,
@@ -99,6 +100,8 @@ def llm_bench(
     from ..llm.bench import BenchConfig, parse_depths, run_bench
 
     vector = vector_format(format_)
+    check_output(out, "--out", suffixes=FIGURE_SUFFIXES)  # before any question is asked
+    check_output(markdown, "--markdown")
     if model and endpoint:
         raise UserError("--model, --endpoint: give one (--model for a local model, --endpoint for a served one)")
     if not model and not endpoint:

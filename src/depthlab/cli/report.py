@@ -8,9 +8,8 @@ from typing import Annotated
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
-from ..errors import UserError
 from .app import app
-from .common import JsonOpt, StoreOpt, emit, open_store, progress_bar
+from .common import JsonOpt, StoreOpt, check_output, emit, open_store, progress_bar
 
 
 @app.command("report")
@@ -31,9 +30,8 @@ def report(
     """Write one self-contained HTML report: capability heat map, training curves, attention maps, runs."""
     from ..report.html import build_report
 
-    if out.exists() and out.is_dir():
-        raise UserError(f"--out: {out} is a folder; name the HTML file to write, e.g. {out / 'report.html'}")
-    the_store = open_store(store, create=False)
+    check_output(out, "--out")
+    the_store = open_store(store, readonly=True)
     columns = [TextColumn("report"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("{task.description}")]
     try:

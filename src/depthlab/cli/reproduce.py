@@ -16,6 +16,7 @@ import typer
 from ..errors import UserError
 from .app import app
 from .common import (
+    FIGURE_SUFFIXES,
     AddressOpt,
     DeviceOpt,
     ExecutorOpt,
@@ -25,6 +26,7 @@ from .common import (
     StoreOpt,
     WorkersOpt,
     check_executor,
+    check_output,
     console,
     emit,
     open_store,
@@ -84,6 +86,7 @@ def reproduce(name: Annotated[str | None, typer.Argument(help="preset name, e.g.
         return
 
     vector = vector_format(format_)
+    check_output(out, "--out", folder=True)  # before any training
     preset = load_preset(name, scale, with_device(set_, device, workers=workers))
     threads = setup_threads()
     db = open_store(store)
@@ -238,6 +241,7 @@ def capability(
 
     check_executor(executor, address)
     vector = vector_format(format_)
+    check_output(figure, "--figure", suffixes=FIGURE_SUFFIXES)  # before any training
     overrides = cap.task_overrides(with_device(set_, device, executor, workers))
     base = apply_overrides(cap.default_base(task, model, recipe(CAPABILITY_RECIPE)), overrides)
     study = cap.Study(base, cap.parse_layers(layers), list(range(seeds)), cap.parse_target(target),

@@ -3,6 +3,7 @@ the store's runs and metrics (as tables, or CSV / Parquet / JSON files)."""
 
 from __future__ import annotations
 
+import bisect
 import json
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from ..analysis.tables import Table
+from ..analysis.tables import Column, Table
 from ..errors import UserError
 from .app import app
 from .common import (
@@ -25,6 +26,7 @@ from .common import (
     StoreOpt,
     WorkersOpt,
     check_executor,
+    check_output,
     emit,
     open_store,
     run_sweep,
@@ -147,23 +149,59 @@ def sweep(config: Annotated[Path, typer.Argument(help="sweep file (YAML): a run 
         emit({"runs": [r.to_dict() for r in run_results(db, ids, results)], "threads": threads,
               "store": str(db.root)})
         return
-    _show_runs(_rows_from_store(db, ids))
+    _show_runs(_rows_from_store(db, ids), [r["id"] for r in db.find_runs()])
 
 
 def _rows_from_store(db, ids: list[str] | None = None, status: str | None = None, task: str | None = None):
+    """The runs as rows of ``depthlab runs``: what every run has, its ``cell`` (``depthlab.cells``) and its
+    ``settings``: the config fields in which runs of one task, model and depth differ (a learning rate, a width)."""
+    from ..cells import cell_id, field_values, list_fields
+
     records = db.find_runs(status=status, task=task, ids=ids)
+    fields = list_fields([r["config"] or {} for r in records])
     return [{"id": r["id"], "task": r["task"], "model": r["model"], "status": r["status"], "step": r["step"],
              "seed": r["config"].get("seed"), "layers": (r["config"].get("model") or {}).get("layers"),
+             "cell": cell_id(r["config"] or {}), "settings": field_values(r["config"] or {}, fields),
              "metrics": r["final"] or {}} for r in records]
 
 
-def _show_runs(rows: list[dict[str, Any]]) -> None:
-    table = Table.of("id", "task", "model", "layers", "seed", "status", "step", "accuracy")
+MIN_ID = 8  # characters of a run id shown at least (every command takes a unique prefix)
+
+
+def short_ids(ids: list[str], every: list[str]) -> dict[str, str]:
+    """Each of ``ids`` by its shortest prefix of at least ``MIN_ID`` characters that no other id of ``every``
+    starts with (the store's ids: any command given it finds exactly that run)."""
+    ordered = sorted(set(every) | set(ids))
+    out = {}
+    for run_id in ids:
+        i = bisect.bisect_left(ordered, run_id)  # the ids sharing the longest prefix with it are its neighbours
+        common = max((_common(run_id, ordered[j]) for j in (i - 1, i + 1) if 0 <= j < len(ordered)), default=0)
+        out[run_id] = run_id[: max(MIN_ID, common + 1)]
+    return out
+
+
+def _common(a: str, b: str) -> int:
+    """The length of the longest common prefix of ``a`` and ``b``."""
+    return next((k for k, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+
+
+def _show_runs(rows: list[dict[str, Any]], every: list[str]) -> None:
+    """The runs as a table that fits 80 columns: ids by a unique prefix, the settings that vary as columns."""
+    from ..cells import short_names, value_text
+
+    fields = list(rows[0]["settings"]) if rows else []
+    names = short_names(fields)
+    ids = short_ids([r["id"] for r in rows], every)
+    table = Table([Column("id", no_wrap=True), Column("task"), Column("model"), Column("layers", "right"),
+                   *[Column(names[f], "right") for f in fields], Column("seed", "right"), Column("status"),
+                   Column("step", "right"), Column("accuracy", "right", no_wrap=True)],
+                  caption="ids: a unique prefix (every command takes one); --json gives them whole" if rows else None,
+                  compact=True)
     for r in rows:
         acc = r["metrics"].get("accuracy")
         layers = "—" if r["layers"] is None else str(r["layers"])  # an llm-bench run has none
-        table.add_row(r["id"], r["task"], r["model"], layers, str(r["seed"]), r["status"],
-                      str(r["step"]), f"{acc:.3f}" if acc is not None else "—")
+        table.add_row(ids[r["id"]], r["task"], r["model"], layers, *[value_text(r["settings"][f]) for f in fields],
+                      str(r["seed"]), r["status"], str(r["step"]), f"{acc:.3f}" if acc is not None else "—")
     show(table)
 
 
@@ -176,14 +214,14 @@ OutOpt = Annotated[Path | None, typer.Option("--out", help="with --format: the f
 def _write_table(frame: Any, fmt: str, out: Path | None) -> None:
     """``frame`` in format ``fmt`` to ``out``, or to stdout."""
     from ..api.tables import table_bytes
+    from ..store import atomic_write_bytes
 
     data = table_bytes(frame, fmt)
     if out is None:
         sys.stdout.buffer.write(data)
         sys.stdout.flush()
     else:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_bytes(data)
+        atomic_write_bytes(out, data)
 
 
 def _check_filters(db, status: str | None, task: str | None) -> None:
@@ -204,7 +242,8 @@ def runs(store: StoreOpt = None, status: Annotated[str | None, typer.Option(help
          task: Annotated[str | None, typer.Option(help="only runs of this task")] = None,
          fmt: FormatOpt = None, out: OutOpt = None, json_out: JsonOpt = False) -> None:
     """List the runs in a store; with --format, write every run's config fields and final metrics as a table."""
-    db = open_store(store, create=False)
+    check_output(out, "--out")
+    db = open_store(store, readonly=True)
     _check_filters(db, status, task)
     if fmt is not None:
         from ..api.tables import runs_frame
@@ -217,7 +256,7 @@ def runs(store: StoreOpt = None, status: Annotated[str | None, typer.Option(help
     if json_out:
         emit({"runs": rows})
         return
-    _show_runs(rows)
+    _show_runs(rows, [r["id"] for r in db.find_runs()])
 
 
 @app.command()
@@ -228,7 +267,8 @@ def metrics(run: Annotated[list[str] | None, typer.Argument(help="run ids or uni
     """Every metrics row of the runs (run_id, step, split, metric, value): the table depthlab.Store.metrics gives."""
     from ..api.tables import metrics_frame
 
-    db = open_store(store, create=False)
+    check_output(out, "--out")
+    db = open_store(store, readonly=True)
     frame = metrics_frame(db.metric_rows([db.resolve(r) for r in run] if run else None))
     if json_out:
         emit({"metrics": frame.to_dict(orient="records")})

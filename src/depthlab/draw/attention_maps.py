@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from .style import literal, new_figure
+from .style import caption, literal, new_figure
 
 MAX_COLUMNS = 6  # one-head models with more layers wrap into rows of this many panels (seed 002: 12, 24 layers)
 MAX_LABEL = 160  # characters of an example's text shown above its maps
@@ -221,4 +221,7 @@ def comparison_figure(sources: Sequence[tuple[str, Sequence[dict[str, Any]]]], t
             sub.suptitle(literal(examples[i].get("text") or " ".join(examples[i]["tokens"])), fontsize=9, x=0.02,
                          ha="left")
         fig.suptitle(literal(title), fontsize=10)
+        caption(fig, "Each panel: one layer's attention summed over its heads, a row per query position and a column "
+                     "per key, white at 0 and darkest at the panel's own maximum (in its title: ReLU attention is not "
+                     "normalised); the answer the model gives under the last layer.")
     return fig

@@ -15,7 +15,8 @@ from matplotlib.patches import Rectangle
 
 from ..analysis.capability import mean_accuracy
 from ..sweeps.climb import CellResult
-from .style import literal, new_figure
+from .style import caption, literal, new_figure
+from .svg import NEAR_CHANCE
 
 
 def min_depth_figure(cells: Sequence[CellResult], title: str = "", expected_label: str = "expected") -> Figure:
@@ -40,6 +41,9 @@ def min_depth_figure(cells: Sequence[CellResult], title: str = "", expected_labe
                 if not np.isnan(grid[i, j]):
                     ax.text(j, i, f"{grid[i, j]:.2f}", ha="center", va="center", fontsize=7,
                             color="black" if grid[i, j] > 0.6 else "white")
+                    if cells[i].chance is not None and grid[i, j] <= cells[i].chance + NEAR_CHANCE:
+                        ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="////", lw=0,
+                                               edgecolor="0.65"))
             if minimum[i] in depths:
                 ax.add_patch(Rectangle((depths.index(minimum[i]) - 0.5, i - 0.5), 1, 1, fill=False, lw=2.2,
                                        edgecolor="black"))
@@ -49,7 +53,11 @@ def min_depth_figure(cells: Sequence[CellResult], title: str = "", expected_labe
         ax.set_xticks(range(len(depths)), [str(d) for d in depths])
         ax.set_yticks(range(len(labels)), [literal(label) for label in labels])
         ax.set_xlabel("layers")
-        note = "black: minimum depth" + (f"; red dashed: {literal(expected_label)}" if any(expected) else "")
-        ax.set_title(f"{literal(title)}\n{note}" if title else note, fontsize=8)
+        if title:
+            ax.set_title(literal(title), fontsize=8)
         fig.colorbar(image, ax=ax, label="accuracy (mean over seeds)", shrink=0.8)
+        note = ("Black outline: the minimum depth (most seeds reach the target)"
+                + (f"; red dashed: {expected_label}" if any(expected) else "")
+                + f"; hatched: at most chance + {NEAR_CHANCE:g}; blank: not trained (the climb had settled).")
+        caption(fig, note)
     return fig

@@ -7,7 +7,7 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from .style import figure_legend, literal, new_figure
+from .style import caption, figure_legend, literal, new_figure
 
 
 def circuit_figure(result: dict[str, Any], run_id: str) -> Figure:
@@ -78,4 +78,7 @@ def circuits_figure(rows: list[dict[str, Any]], title: str) -> Figure:
             circuit_panel(ax, row)
         axes[0].set_ylabel("residual stream")
         fig.suptitle(literal(title), fontsize=9)
+        caption(fig, "An arrow: a circuit head of layer L (its colour) moving information from the position at its "
+                     "tail to the position at its head; MSE: the model's validation loss; circuit only: the loss with "
+                     "every other head replaced and each circuit head attending one-hot along its paths.")
     return fig

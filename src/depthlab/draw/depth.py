@@ -14,46 +14,52 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ..analysis.capability import aggregate_curves, depth_label
-from .style import figure_legend, literal, new_figure, whole_decades
+from .style import caption, chance_line, figure_legend, literal, log_ticks, new_figure
 from .svg import Series, depth_colours, grid_svg, line_chart_svg
 
 CHART_W, CHART_H = 340, 220  # one chart of the HTML report, in pixels
 
 
 def depth_figure(curves: dict[tuple[str, int], list[dict[str, list[float]]]], tasks: list[str],
-                 chance: dict[str, float]) -> Figure:
+                 chance: dict[str, float], titles: Mapping[str, str] | None = None, title: str = "") -> Figure:
     """Accuracy (top) and loss (bottom) against steps, a column per task, a line per depth.
 
-    ``curves`` maps (task, depth) to each seed's eval metrics. Lines are the mean over seeds, shaded between the
-    lowest and highest seed; chance dashed. Panels of one size, one legend at the right.
+    ``curves`` maps (task, depth) to each seed's eval metrics (the runs of one cell); ``titles`` names each task's
+    column (its seed name; default the task key). Lines are the mean over seeds, shaded between the lowest and
+    highest seed (said in the caption below); chance dashed. Panels of one size, one colour per depth in every
+    panel, one legend at the right.
     """
     with new_figure(figsize=(2.6 * len(tasks) + 1.2, 4.6)) as fig:
         axes = fig.subplots(2, len(tasks), squeeze=False)
         depths = sorted({layers for (_, layers) in curves})
         colors = matplotlib.colormaps["viridis"](np.linspace(0.1, 0.85, max(len(depths), 1)))
+        seeds: set[int] = set()
         for col, task in enumerate(tasks):
             for depth, color in zip(depths, colors, strict=True):
                 runs = curves.get((task, depth))
                 if not runs:
                     continue
+                seeds.add(len(runs))
                 for row, metric in enumerate(("accuracy", "loss")):
-                    length = min(len(r["step"]) for r in runs)
-                    steps = np.asarray(runs[0]["step"][:length])
-                    values = np.array([r[metric][:length] for r in runs], dtype=float)
+                    steps, mean, lo, hi = aggregate_curves(runs, metric)
                     ax = axes[row, col]
-                    ax.plot(steps, values.mean(0), color=color, label=depth_label(depth))
+                    ax.plot(steps, mean, color=color, label=depth_label(depth))
                     if len(runs) > 1:
-                        ax.fill_between(steps, values.min(0), values.max(0), color=color, alpha=0.2, lw=0)
-            axes[0, col].set_title(literal(task))
-            if task in chance:
-                axes[0, col].axhline(chance[task], color="grey", ls="--", lw=0.8, label="chance")
+                        ax.fill_between(steps, lo, hi, color=color, alpha=0.2, lw=0)
+            axes[0, col].set_title(literal((titles or {}).get(task, task)), fontsize=9)
+            chance_line(axes[0, col], chance.get(task))
             axes[0, col].set_ylim(-0.02, 1.02)
             axes[1, col].set_yscale("log")
-            whole_decades(axes[1, col])
+            log_ticks(axes[1, col])
             axes[1, col].set_xlabel("step")
         axes[0, 0].set_ylabel("accuracy (eval)")
         axes[1, 0].set_ylabel("loss (eval)")
         figure_legend(fig, axes.flat)
+        if title:
+            fig.suptitle(literal(title), fontsize=10)
+        n = "/".join(str(k) for k in sorted(seeds)) or "the"
+        caption(fig, f"Lines: mean over {n} seeds of evaluation accuracy (top) and loss (bottom); shaded: from "
+                     "the lowest to the highest seed; grey dashed: chance.")
     return fig
 
 

@@ -9,7 +9,7 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
-from .style import figure_legend, literal, new_figure, whole_decades
+from .style import caption, figure_legend, literal, log_ticks, new_figure
 
 
 def emergence_figure(result: dict[str, Any], title: str = "") -> Figure:
@@ -23,7 +23,7 @@ def emergence_figure(result: dict[str, Any], title: str = "") -> Figure:
         for (name, values), color in zip(result["partial_losses"].items(), colors, strict=True):
             left.plot(steps, values, color=color, label=f"partial loss {literal(name)}")
         left.set_yscale("log")
-        whole_decades(left)
+        log_ticks(left)
         left.set_xlabel("step")
         left.set_ylabel("validation loss")
         path_colors = matplotlib.colormaps["tab20"](np.linspace(0, 1, len(result["paths"])))
@@ -35,7 +35,10 @@ def emergence_figure(result: dict[str, Any], title: str = "") -> Figure:
         right.set_ylim(-0.02, 1.02)
         right.set_xlabel("step")
         right.set_ylabel("mean attention on path")
-        figure_legend(fig, (left, right), fontsize=7)
+        figure_legend(fig, (left, right), fontsize=7, title="paths: head (layer.head) from → to", title_fontsize=7)
         if title:
             fig.suptitle(literal(title), fontsize=9)
+        caption(fig, "Left (seed 002 Figure 6): validation loss and the partial loss of each chain position. Right "
+                     "(Figure 7): the mean attention each circuit head puts on its path, the first step it passes the "
+                     "threshold dotted in the path's colour.")
     return fig

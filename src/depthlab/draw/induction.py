@@ -13,21 +13,40 @@ from matplotlib.figure import Figure
 from ..induction.hypotheses import KNOBS, CapacityRow
 from ..induction.measure import Bleeding, LogOddsPair, Powers
 from ..induction.study import Study
-from .style import figure_legend, literal, new_figure, save
+from .style import caption, figure_legend, literal, new_figure, save
 
 
-def strength_figure(strengths: dict[str, np.ndarray]) -> Figure:
-    """Histogram of induction strengths, one overlaid distribution per model, medians dashed; the legend below."""
-    with new_figure(figsize=(5.5, 3.4 + 0.16 * len(strengths))) as fig:
+def strength_figure(strengths: dict[str, np.ndarray], title: str = "") -> Figure:
+    """Histogram of induction strengths, one outline per model on bins shared by every model (bar heights compare
+    across models, and no model's histogram hides another's: each outline is thinner than the one drawn before it,
+    so two that coincide, as two models that learned nothing do at zero, both show), medians dashed; the legend
+    below."""
+    with new_figure(figsize=(5.5, 3.6 + 0.16 * len(strengths))) as fig:
         ax = fig.subplots()
-        for name, s in strengths.items():
-            line = ax.hist(s, bins=60, alpha=0.45, label=f"{literal(name)} (median {np.median(s):.2f})")[2][0]
-            ax.axvline(np.median(s), color=line.get_facecolor(), ls="--", lw=1)
+        colours = [f"C{i % 10}" for i in range(len(strengths))]
+        widths = np.linspace(1.2 + 0.6 * (len(strengths) - 1), 1.2, len(strengths))
+        bins = shared_bins(list(strengths.values()))
+        for (name, s), colour, width in zip(strengths.items(), colours, widths, strict=True):
+            ax.hist(s, bins=bins, histtype="step", lw=width, color=colour,
+                    label=f"{literal(name)} (median {np.median(s):.2f})")
+            ax.axvline(np.median(s), color=colour, ls="--", lw=1)
         ax.axvline(0, color="grey", lw=0.8)
         ax.set_xlabel("induction strength: log odds of B, induction − shuffled")
         ax.set_ylabel("sequences")
-        figure_legend(fig, [ax], loc="outside lower center", fontsize=7)
+        legend = figure_legend(fig, [ax], loc="outside lower center", fontsize=7)
+        if title:
+            fig.suptitle(literal(title), fontsize=9)
+        caption(fig, "One outline per model on shared bins, each thinner than the one before (where two coincide, "
+                     "both show); dashed: each model's median; grey: zero strength (induction no better than "
+                     "shuffled).", legend=legend)
     return fig
+
+
+def shared_bins(values: list[np.ndarray], bins: int = 60) -> np.ndarray:
+    """One set of bin edges for every array of ``values``, so histograms drawn on them compare bar for bar."""
+    every = np.concatenate([np.asarray(v, dtype=float).ravel() for v in values]) if values else np.zeros(1)
+    every = every[np.isfinite(every)]
+    return np.histogram_bin_edges(every if every.size else np.zeros(1), bins=bins)
 
 
 def log_odds_figure(conditions: dict[str, LogOddsPair], title: str = "") -> Figure:
@@ -59,24 +78,27 @@ def powers_figure(p: Powers, title: str = "") -> Figure:
     panels of one size, one legend below."""
     with new_figure(figsize=(7.2, 3.5)) as fig:
         left, right = fig.subplots(1, 2)
-        bins = np.histogram_bin_edges(np.concatenate([p.a_mean, p.b_mean]), bins=50)
-        for role, values in (("A", p.a_mean), ("B", p.b_mean)):
+        bins = shared_bins([p.a_mean, p.b_mean], 50)
+        for role, values, colour in (("A", p.a_mean, "C0"), ("B", p.b_mean, "C1")):
             label = f"{role} power (mean {values.mean():.2f}, sd {values.std():.2f})"
-            left.hist(values, bins=bins, alpha=0.5, label=label)
+            left.hist(values, bins=bins, histtype="step", lw=1.4, color=colour, label=label)
         left.set_xlabel(f"mean induction strength over {p.per_token} sequences")
         left.set_ylabel("tokens")
         r = np.corrcoef(p.a_mean, p.b_mean)[0, 1] if len(p.ids) > 1 else float("nan")
-        right.errorbar(p.a_mean, p.b_mean, xerr=p.a_se, yerr=p.b_se, fmt="o", ms=2, lw=0.4, alpha=0.6)
+        right.errorbar(p.a_mean, p.b_mean, xerr=p.a_se, yerr=p.b_se, fmt="o", ms=2, lw=0.4, alpha=0.6, color="0.2")
         right.set_xlabel("A power")
         right.set_ylabel("B power")
         right.set_title(f"{len(p.ids)} tokens, correlation {r:.2f}", fontsize=8)
-        figure_legend(fig, (left, right), loc="outside lower center", ncols=2, fontsize=7)
+        legend = figure_legend(fig, (left, right), loc="outside lower center", ncols=2, fontsize=7)
         if title:
             fig.suptitle(literal(title), fontsize=9)
+        caption(fig, "A power of a token: its mean induction strength where it is token A; B power: where it is "
+                     "token B (seed 004 Result 1). Left: outlines on shared bins; right: each token, bars ± one "
+                     "standard error.", legend=legend)
     return fig
 
 
-def bleeding_figure(results: dict[str, Bleeding]) -> Figure:
+def bleeding_figure(results: dict[str, Bleeding], title: str = "") -> Figure:
     """Seed 004 Result 2: mean strength (± standard error) of B's r-th nearest token against r, with B itself
     (rank 0) and random tokens (dashed), one line per model; the legend below."""
     with new_figure(figsize=(5.5, 3.4 + 0.16 * len(results))) as fig:
@@ -88,20 +110,27 @@ def bleeding_figure(results: dict[str, Bleeding]) -> Figure:
             line = ax.errorbar(ranks, values.mean(0), yerr=se, marker="o", ms=3, label=literal(name))[0]
             ax.axhline(bl.random.mean(), color=line.get_color(), ls="--", lw=1)
         ax.axhline(0, color="grey", lw=0.8)
-        ax.set_xlabel("neighbour rank of the scored token (0 = B itself); dashed: random tokens")
+        ax.set_xlabel("neighbour rank of the scored token (0 = B itself)")
         ax.set_ylabel("mean induction strength")
-        figure_legend(fig, [ax], loc="outside lower center", fontsize=7)
+        legend = figure_legend(fig, [ax], loc="outside lower center", fontsize=7)
+        if title:
+            fig.suptitle(literal(title), fontsize=9)
+        caption(fig, "Points: mean strength of the token scored, bars ± one standard error; dashed, in the "
+                     "model's colour: random tokens; grey: zero.", legend=legend)
     return fig
 
 
-def write_figures(study: Study, folder: Path, prefix: str, vector: str | None = None) -> list[Path]:
+def write_figures(study: Study, folder: Path, prefix: str, vector: str | None = None,
+                  title: str | None = None) -> list[Path]:
     """The four figures of one model under ``folder`` (``PREFIX-strength.png`` …; with ``vector``, each also as
-    PDF or SVG)."""
+    PDF or SVG), titled ``title`` (default: the study's name)."""
+    title = study.name if title is None else title
     return [
-        save(strength_figure({study.name: study.strength.strength}), folder / f"{prefix}-strength.png", vector),
-        save(log_odds_figure(study.conditions, study.name), folder / f"{prefix}-log-odds.png", vector),
-        save(powers_figure(study.powers, study.name), folder / f"{prefix}-powers.png", vector),
-        save(bleeding_figure({study.name: study.bleeding}), folder / f"{prefix}-bleeding.png", vector),
+        save(strength_figure({study.name: study.strength.strength}, title), folder / f"{prefix}-strength.png",
+             vector),
+        save(log_odds_figure(study.conditions, title), folder / f"{prefix}-log-odds.png", vector),
+        save(powers_figure(study.powers, title), folder / f"{prefix}-powers.png", vector),
+        save(bleeding_figure({study.name: study.bleeding}, title), folder / f"{prefix}-bleeding.png", vector),
     ]
 
 

@@ -11,7 +11,7 @@ from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.patches import Arc, Rectangle
 
-from .style import new_figure
+from .style import caption, new_figure
 
 TOKEN_COLOR, PAIR_COLOR = "tab:blue", "tab:orange"
 
@@ -78,4 +78,8 @@ def information_flow_figure(flow: dict[str, Any], title: str) -> Figure:
                        f"position $s_0$, held from layer {flow['layers_last']}; Theorem 1: "
                        f"⌈log₃(2D)⌉ = {flow['closed_form']})", fontsize=8)
         fig.suptitle(title, fontsize=9)
+        caption(fig, "Below: a filled square where the position (row) holds the piece of information (column) "
+                     "after that many layers: one layer gives each position the union of the pieces of every position "
+                     "sharing a piece with it (seed 002 App. B). Pieces: x_k a token's embedding, p_k the positional "
+                     "encoding shared by the k-th pair.")
     return fig

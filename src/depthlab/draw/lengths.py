@@ -8,65 +8,94 @@ from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
 
-from .style import figure_legend, literal, new_figure
+from .style import caption, chance_line, figure_legend, literal, new_figure
+from .svg import NEAR_CHANCE
+
+NOTATION = ("TF-(L, W): a transformer with L layers of width W, as seed 003 writes it (Figure 2); LSTM, DSS, Mamba, "
+            "LinTF (linear transformer), RetNet and AttnOnly (attention-only) likewise.")
 
 
 def heatmap_figure(rows: list[dict[str, Any]], title: str) -> Figure:
-    """A heat map per task: models (rows) × lengths (columns), accuracy as colour and number; one colour bar."""
-    tasks = list(dict.fromkeys(r["task"] for r in rows))
-    with new_figure(figsize=(3.0 * max(len(tasks), 1) + 1.6, 2.6)) as fig:
+    """A heat map per task: models (rows) × lengths (columns), accuracy as colour and number, cells not above
+    chance hatched and chance ticked on the one colour bar; the notation and the marks said below."""
+    tasks = list(dict.fromkeys(r["task_label"] for r in rows))
+    with new_figure(figsize=(3.0 * max(len(tasks), 1) + 1.6, 2.9)) as fig:
         axes = fig.subplots(1, max(len(tasks), 1), squeeze=False)[0]
         image = None
+        chances: set[float] = set()
         for ax, task in zip(axes, tasks, strict=False):
-            mine = [r for r in rows if r["task"] == task]
+            mine = [r for r in rows if r["task_label"] == task]
             labels = list(dict.fromkeys(r["label"] for r in mine))
             lengths = sorted({r["length"] for r in mine})
             grid = np.full((len(labels), len(lengths)), np.nan)
+            chance = next((r["chance"] for r in mine if r["chance"] is not None), None)
             for r in mine:
                 if r["accuracy"] is not None:
                     grid[labels.index(r["label"]), lengths.index(r["length"])] = r["accuracy"]
             image = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto")
             for i in range(len(labels)):
                 for j in range(len(lengths)):
-                    if not math.isnan(grid[i, j]):
-                        ax.text(j, i, f"{grid[i, j]:.2f}", ha="center", va="center", fontsize=7,
-                                color="black" if grid[i, j] > 0.6 else "white")
+                    if math.isnan(grid[i, j]):
+                        continue
+                    ax.text(j, i, f"{grid[i, j]:.2f}", ha="center", va="center", fontsize=7,
+                            color="black" if grid[i, j] > 0.6 else "white")
+                    if chance is not None and grid[i, j] <= chance + NEAR_CHANCE:
+                        ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="////", lw=0,
+                                               edgecolor="0.65"))
+            if chance is not None:
+                chances.add(round(chance, 4))
             ax.set_xticks(range(len(lengths)), [str(n) for n in lengths])
             ax.set_yticks(range(len(labels)), [literal(label) for label in labels])
             ax.set_xlabel("length N")
-            ax.set_title(literal(task))
+            if len(tasks) > 1:
+                ax.set_title(literal(next(r["task_title"] for r in mine)), fontsize=9)
         if image is not None:
-            fig.colorbar(image, ax=list(axes), label="accuracy (mean over seeds)", shrink=0.9, pad=0.02)
+            bar = fig.colorbar(image, ax=list(axes), label="accuracy (mean over seeds)", shrink=0.9, pad=0.02)
+            for chance in chances:
+                bar.ax.axhline(chance, color="red", lw=1.5)
         fig.suptitle(literal(title), fontsize=9)
+        marks = (f" Hatched: at most chance + {NEAR_CHANCE:g} (chance {', '.join(f'{c:.3f}' for c in sorted(chances))}"
+                 ", red on the colour bar)." if chances else "")
+        caption(fig, NOTATION + marks)
     return fig
 
 
 def curves_figure(curve_sets: dict[tuple[str, str], list[dict[str, list]]], chance: dict[str, float],
-                  lengths: dict[str, int], title: str | None = None) -> Figure:
-    """Validation accuracy against steps at one length, a panel per task, a colour per model (a line per seed);
-    one legend under the panels (at the right it ran into a title); ``title`` above them."""
+                  lengths: dict[str, int], title: str | None = None, titles: dict[str, str] | None = None,
+                  budgets: dict[str, int] | None = None, target: float | None = None) -> Figure:
+    """Validation accuracy against steps at one length, a panel per task (``titles``: its seed name), a colour per
+    model (a thin line per seed); one legend under the panels (at the right it ran into a title), each model with
+    its step budget where budgets differ (``budgets``: by model label); ``title`` above them, what the lines are
+    and why they end below."""
     tasks = list(dict.fromkeys(task for task, _ in curve_sets))
     models = list(dict.fromkeys(label for _, label in curve_sets))
     colors = {label: f"C{i % 10}" for i, label in enumerate(models)}
-    with new_figure(figsize=(3.0 * max(len(tasks), 1) + 1.4, 3.6)) as fig:
+    differ = budgets is not None and len({budgets.get(m) for m in models}) > 1
+    with new_figure(figsize=(3.0 * max(len(tasks), 1) + 1.4, 3.8)) as fig:
         axes = fig.subplots(1, max(len(tasks), 1), squeeze=False)[0]
         for ax, task in zip(axes, tasks, strict=False):
             for (t, label), runs in curve_sets.items():
                 if t != task:
                     continue
+                said = f"{label} ({budgets[label]:,} steps)" if differ and budgets and label in budgets else label
                 for i, metrics in enumerate(runs):
-                    ax.plot(metrics["step"], metrics["accuracy"], color=colors[label], lw=1.1, alpha=0.8,
-                            label=literal(label) if i == 0 else None)
-            if task in chance:
-                ax.axhline(chance[task], color="grey", ls="--", lw=0.8, label="chance")
+                    ax.plot(metrics["step"], metrics["accuracy"], color=colors[label], lw=1.0, alpha=0.75,
+                            label=literal(said) if i == 0 else None)
+            chance_line(ax, chance.get(task))
             ax.set_ylim(-0.02, 1.02)
             ax.set_xlabel("step")
-            ax.set_title(f"{literal(task)}, N = {lengths[task]}")
+            ax.set_title(literal(f"{(titles or {}).get(task, task)}, N = {lengths[task]}"), fontsize=9)
         axes[0].set_ylabel("accuracy (validation)")
-        figure_legend(fig, axes, loc="outside lower center", ncol=3, title="a line per seed", fontsize=8)
+        legend = figure_legend(fig, axes, loc="outside lower center", ncol=3, fontsize=8)
         if title:
             fig.suptitle(literal(title), fontsize=9)
+        ends = "its step budget" + (" (beside each model)" if differ else "")
+        if target is not None:
+            ends += f", or early, once validation accuracy reached {target:g}"
+        caption(fig, f"A line per seed, a colour per model; grey dashed: chance. A line ends where its run stopped: "
+                     f"at {ends}. " + NOTATION, legend=legend)
     return fig
 
 
@@ -101,4 +130,6 @@ def width_figure(rows: list[dict[str, Any]], title: str) -> Figure:
         by_length.set_title("(b) against length", fontsize=8)
         figure_legend(fig, (by_width, by_length), fontsize=7)
         fig.suptitle(literal(title), fontsize=9)
+        caption(fig, "Each point: the final validation accuracy at that width and length N, the mean over seeds of "
+                     "the best configuration searched (learning rate); dotted: chance.")
     return fig

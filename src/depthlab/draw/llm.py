@@ -17,7 +17,7 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from ..llm.prompts import FORMULATIONS
-from .style import figure_legend, literal, new_figure
+from .style import caption, figure_legend, literal, new_figure
 
 SEED_DEPTH = 5  # the D of the seed's per-formulation comparison
 
@@ -75,4 +75,6 @@ def accuracy_figure(summary: dict[str, Any], title: str | None = None) -> Figure
         ax.plot([], [], ls="--", lw=1.0, color="black", label="random guessing")
         figure_legend(fig, [ax])
         fig.suptitle(literal(f"seed 002 Figure 2: {title}" if title else "seed 002 Figure 2"), fontsize=9)
+        caption(fig, "Bars and points: the share of questions answered correctly; error bars: its 95 % interval; "
+                     "dashed: the accuracy of random guessing.")
     return fig

@@ -12,6 +12,7 @@ configs and plugins) goes through :func:`literal` and is drawn exactly as writte
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,11 +22,13 @@ import matplotlib
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.legend import Legend
+from matplotlib.ticker import LogFormatterSciNotation, LogLocator, NullFormatter
 
 # fonttype 42: TrueType fonts in PDF and PS files (journals refuse Type 3 fonts)
 STYLE: dict[str, Any] = {"font.size": 9, "axes.spines.top": False, "axes.spines.right": False, "figure.dpi": 120,
                          "pdf.fonttype": 42, "ps.fonttype": 42}
 VECTOR_FORMATS = ("pdf", "svg")
+CAPTION_CHARS_PER_INCH = 17  # characters of 7-point text per inch of figure width
 
 
 def literal(text: object) -> str:
@@ -57,9 +60,10 @@ def new_figure(style: dict[str, Any] | None = STYLE, **kwargs: Any) -> Iterator[
         yield StyledFigure(style=style, **{"layout": "constrained", **kwargs})
 
 
-def figure_legend(fig: Figure, axes: Iterable[Axes], loc: str = "outside right upper", **kwargs: Any) -> Legend | None:
-    """One legend for the whole figure, outside its panels: every labelled line, patch or collection of ``axes``,
-    each label once, in the order drawn. None when nothing is labelled."""
+def figure_legend(fig: Figure, axes: Iterable[Axes], loc: str = "outside right center", **kwargs: Any) -> Legend | None:
+    """One legend for the whole figure, outside its panels (at the right, centred: at the top it would run into a
+    long title): every labelled line, patch or collection of ``axes``, each label once, in the order drawn. None
+    when nothing is labelled."""
     handles: dict[str, Any] = {}
     for ax in axes:
         for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
@@ -69,13 +73,44 @@ def figure_legend(fig: Figure, axes: Iterable[Axes], loc: str = "outside right u
     return fig.legend(list(handles.values()), list(handles), loc=loc, frameon=False, **kwargs)
 
 
-def whole_decades(ax: Axes) -> None:
-    """A log y axis (drawn) that would show fewer than two powers of ten widened to the powers of ten around it:
-    its labels are then 10^k alone, where matplotlib would otherwise label 2×10^k, 3×10^k … between them."""
-    lo, hi = ax.get_ylim()
-    if ax.get_yscale() != "log" or lo <= 0 or math.floor(math.log10(hi)) - math.ceil(math.log10(lo)) >= 1:
+def log_ticks(ax: Axes, axis: str = "y") -> None:
+    """Enough labelled ticks on a log axis (drawn): where it spans fewer than two and a half powers of ten,
+    matplotlib would label two or three of them; then 1, 2 and 5 × 10^k are labelled (every 1 … 9 × 10^k below
+    one power of ten). A linear axis is left as it is."""
+    if (ax.get_yscale() if axis == "y" else ax.get_xscale()) != "log":
         return
-    ax.set_ylim(10.0 ** math.floor(math.log10(lo)), 10.0 ** math.ceil(math.log10(hi)))
+    lo, hi = ax.get_ylim() if axis == "y" else ax.get_xlim()
+    if lo <= 0 or hi <= 0:
+        return
+    span = abs(math.log10(hi / lo))
+    if span >= 2.5:
+        return
+    subs = (1.0, 2.0, 5.0) if span >= 1 else tuple(float(s) for s in range(1, 10))
+    target = ax.yaxis if axis == "y" else ax.xaxis
+    target.set_major_locator(LogLocator(base=10, subs=subs))
+    target.set_major_formatter(LogFormatterSciNotation(labelOnlyBase=False, minor_thresholds=(math.inf, math.inf)))
+    target.set_minor_formatter(NullFormatter())
+
+
+def caption(fig: Figure, text: str, width: int | None = None, legend: Legend | None = None) -> None:
+    """``text`` below the figure, at its left, wrapped at ``width`` characters (default: as many as the figure is
+    wide): what the marks mean (bands, dashed lines, crosses), said where the reader looks. With ``legend`` (a
+    figure legend below the panels) the text heads that legend instead: a figure's text cannot sit under such a
+    legend, which a writer cropping to the drawn area moves to the crop's bottom edge."""
+    width = width or max(40, int(fig.get_figwidth() * CAPTION_CHARS_PER_INCH))
+    wrapped = literal("\n".join(textwrap.fill(part, width) for part in text.split("\n")))
+    if legend is not None:
+        legend.set_title(wrapped, prop={"size": 7})
+        legend.get_title().set_color("0.25")
+        legend.set_alignment("left")
+        return
+    fig.text(0.0, 0.0, wrapped, fontsize=7, va="top", ha="left", color="0.25")
+
+
+def chance_line(ax: Axes, chance: float | None, label: str = "chance") -> None:
+    """Chance level as a grey dashed line (labelled for the figure's legend); nothing when unknown."""
+    if chance is not None and math.isfinite(chance):
+        ax.axhline(chance, color="grey", ls="--", lw=0.8, label=label)
 
 
 def save(fig: Figure, path: str | Path, vector: str | None = None) -> Path:

@@ -22,6 +22,8 @@ CHANCE = "#cf222e"
 # matplotlib's viridis at 0, 1/8, …, 1 (the paper figures use it too, see depthlab.draw.depth).
 _VIRIDIS = ["#440154", "#472d7b", "#3b528b", "#2c728e", "#21918c", "#28ae80", "#5ec962", "#addc30", "#fde725"]
 
+NEAR_CHANCE = 0.02  # an accuracy at most this far above chance is drawn hatched: nothing learned
+
 
 def esc(text: Any) -> str:
     """Text made safe for HTML and SVG content and attribute values."""
@@ -80,6 +82,13 @@ def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
         ticks.append(round(x, 12))
         x += step
     return ticks
+
+
+def _power_label(x: float) -> str:
+    """``1e-3``, ``2e-3``: a log axis' tick outside 0.01 … 1000."""
+    e = math.floor(math.log10(x) + 1e-9)
+    m = round(x / 10.0**e, 6)
+    return f"{m:g}e{e}"
 
 
 def _tick_label(x: float) -> str:
@@ -154,7 +163,7 @@ def heatmap_svg(rows: Sequence[str], cols: Sequence[str], cells: Sequence[Cell],
                    f'<title>{esc(c.tip)}</title>'
                    f'<rect x="{x + 1:g}" y="{y + 1:g}" width="{cell_w - 2:g}" height="{cell_h - 2:g}" rx="3" '
                    f'fill="{colour}"/>')
-        at_chance = c.value is not None and c.chance is not None and c.value <= c.chance + 0.02
+        at_chance = c.value is not None and c.chance is not None and c.value <= c.chance + NEAR_CHANCE
         if at_chance:
             out.append(f'<rect x="{x + 1:g}" y="{y + 1:g}" width="{cell_w - 2:g}" height="{cell_h - 2:g}" rx="3" '
                        f'fill="url(#{uid}-hatch)"/>')
@@ -249,8 +258,10 @@ def line_chart_svg(series: Sequence[Series], title: str, x_label: str = "step", 
     out = [svg_open(width, height, title),
            f'<text x="{left:g}" y="14" font-weight="600" font-size="12">{esc(title)}</text>']
     if log_y:
-        yticks = [10.0**e for e in range(math.floor(math.log10(y0)), math.ceil(math.log10(y1)) + 1)]
-        if len(yticks) > 6:
+        decades = range(math.floor(math.log10(y0)), math.ceil(math.log10(y1)) + 1)
+        subs = (1, 2, 5) if len(decades) <= 3 else (1,)  # two or three decades: 1, 2, 5 × 10^k, enough to read
+        yticks = [m * 10.0**e for e in decades for m in subs]
+        if len(yticks) > 6 and len(subs) == 1:
             yticks = yticks[:: math.ceil(len(yticks) / 6)]
     else:
         yticks = nice_ticks(y0, y1, 5)
@@ -259,7 +270,7 @@ def line_chart_svg(series: Sequence[Series], title: str, x_label: str = "step", 
             continue
         y = ty(t)
         out.append(f'<line x1="{left:g}" x2="{left + pw:g}" y1="{y:.1f}" y2="{y:.1f}" stroke="{GRID}"/>')
-        label = f"1e{round(math.log10(t))}" if log_y and not (0.01 <= t <= 1000) else _tick_label(t)
+        label = _power_label(t) if log_y and not (0.01 <= t <= 1000) else _tick_label(t)
         out.append(f'<text x="{left - 5:g}" y="{y + 3.5:.1f}" text-anchor="end" fill="{MUTED}">{esc(label)}</text>')
     for t in nice_ticks(x0, x1, 5):
         x = tx(t)

@@ -94,11 +94,15 @@ def knob_groups(rows: list[CapacityRow]) -> dict[str, list[CapacityRow]]:
 
 
 def capacity_table(rows: list[CapacityRow], title: str) -> Table:
-    """A row per run: its knobs, accuracy, strengths, the spreads of A and B power, and bleeding."""
-    table = Table([Column(c, "right") for c in ("d_model", "heads", "d_head", "words", "accuracy",
-                                                "median strength", "sd A power", "sd B power", "B/A spread",
-                                                "B", "neighbour 1", "random")],
-                  title=title, caption=" ".join(f"{name}: {text}" for name, text in HYPOTHESES.items()))
+    """A row per run: its knobs, accuracy, strengths, the spreads of A and B power, and bleeding. Short headers,
+    said in full below, so that the twelve columns fit 80 when piped."""
+    key = ("h: heads; acc: accuracy; med: median induction strength; sd A, sd B: the spread (sd) of A and B power; "
+           "B/A: their ratio; B, nb 1, rand: mean strength of B, of its nearest token and of random tokens "
+           "(bleeding). ")
+    table = Table([Column(c, "right") for c in ("d_model", "h", "d_head", "words", "acc", "med", "sd A", "sd B",
+                                                "B/A", "B", "nb 1", "rand")],
+                  title=title, caption=key + " ".join(f"{name}: {text}" for name, text in HYPOTHESES.items()),
+                  compact=True)
     for r in sorted(rows, key=lambda r: (r.width, r.heads, r.d_head, r.n_tokens)):
         x = r.row
         acc = "—" if x["accuracy"] is None else f"{x['accuracy']:.3f}"

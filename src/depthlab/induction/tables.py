@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..analysis.tables import Table
+from ..analysis.tables import Column, Table
 
 
 def summary_tables(result: dict[str, Any]) -> list[Table]:
@@ -29,14 +29,24 @@ def summary_tables(result: dict[str, Any]) -> list[Table]:
     return [stats, bleed]
 
 
+RUN_MEASURES = (("accuracy", "accuracy", 3), ("mean strength", "mean_strength", 2),
+                ("median strength", "median_strength", 2), ("A power", "a_power_mean", 2),
+                ("B power", "b_power_mean", 2), ("corr(A, B)", "power_correlation", 2),
+                ("neighbour 1", "bleeding_rank1", 2), ("random tokens", "bleeding_random", 2))
+
+
 def runs_table(rows: list[dict[str, Any]], title: str) -> Table:
-    """A row per measured run (:func:`depthlab.induction.reproduce.measure_runs`): accuracy, strengths, powers and
-    bleeding."""
-    table = Table.of("model", "layers", "accuracy", "mean strength", "median strength", "A power", "B power",
-                     "corr(A, B)", "neighbour 1", "random", title=title, title_justify="center")
-    for r in rows:
-        table.add_row(r["model"], str(r["layers"]), "—" if r["accuracy"] is None else f"{r['accuracy']:.3f}",
-                      f"{r['mean_strength']:.2f}", f"{r['median_strength']:.2f}", f"{r['a_power_mean']:.2f}",
-                      f"{r['b_power_mean']:.2f}", f"{r['power_correlation']:.2f}", f"{r['bleeding_rank1']:.2f}",
-                      f"{r['bleeding_random']:.2f}")
+    """A column per measured run (:func:`depthlab.induction.reproduce.measure_runs`), a row per measure: accuracy,
+    strengths, powers and bleeding. Runs are columns because their names are long: as the first cell of a row they
+    wrapped every row over several lines at 80 columns, while a header may wrap; what each measure is, said below."""
+    table = Table([Column("", no_wrap=True),
+                   *(Column(f"{r['model']}, {r['layers']} layer{'s' if r['layers'] != 1 else ''}", "right")
+                     for r in rows)],
+                  title=title, title_justify="center",
+                  caption="strength: log odds of B, induction − shuffled, over sequences; A (B) power: a token's mean "
+                          "strength where it is A (B), averaged over tokens; corr(A, B): their correlation over "
+                          "tokens; neighbour 1, random tokens: mean strength of B's nearest token in unembedding "
+                          "space and of random tokens (bleeding)")
+    for name, key, digits in RUN_MEASURES:
+        table.add_row(name, *("—" if r[key] is None else f"{r[key]:.{digits}f}" for r in rows))
     return table

@@ -24,16 +24,25 @@ user's hooks on ``hook_pattern`` then see the ReLU pattern) — until ``reset_ho
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import sys
+import warnings
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from depthlab.bounded import (
+    MAX_JSON_BYTES,
+    SafetensorsHeader,
+    open_regular,
+    parse_json,
+    read_file,
+    read_safetensors,
+)
 from depthlab.errors import UserError
+from depthlab.memory import require_memory
 
 INSTALL = "pip install 'depthlab[tl]'"
 LEGACY_PREFIXES = ("NeelNanda/", "ArthurConmy/", "Baidicoot/")
@@ -158,22 +167,42 @@ def _legacy_from_cache(name: str) -> Any:
     saved = sorted(folder.glob("*final.pth")) or sorted(folder.glob("*.pth"))
     if not saved:
         raise UserError(f"--model: no .pth state dict in the cached snapshot {folder}")
-    state = torch.load(saved[0], map_location="cpu", weights_only=True)
+    state = _torch_state(saved[0])
     state.setdefault("unembed.b_U", torch.zeros(cfg.d_vocab))
     return _boot_native(cfg, state)
 
 
 def _read_state(folder: Path) -> dict[str, torch.Tensor]:
-    """The folder's weights: ``model.safetensors``, else one ``*.pth`` / ``*.pt`` read with weights_only=True."""
-    from safetensors.torch import load_file
+    """The folder's weights: ``model.safetensors`` (its header read first, its size against the memory budget),
+    else one ``*.pth`` / ``*.pt`` read with weights_only=True."""
+    from safetensors.torch import load
 
     if (folder / "model.safetensors").exists():
-        return load_file(folder / "model.safetensors")
+        def fits(header: SafetensorsHeader) -> None:
+            require_memory(2 * header.data_bytes, f"--model: {folder / 'model.safetensors'}", "use a smaller model")
+
+        return load(read_safetensors(folder / "model.safetensors", "--model", fits)[1])
     saved = sorted([*folder.glob("*.pth"), *folder.glob("*.pt")])
     if len(saved) != 1:
         raise UserError(f"--model: {folder} needs model.safetensors or exactly one .pth/.pt state dict "
                         f"(found {len(saved)})")
-    return torch.load(saved[0], map_location="cpu", weights_only=True)
+    return _torch_state(saved[0])
+
+
+def _torch_state(path: Path) -> dict[str, torch.Tensor]:
+    """A ``.pth`` state dict read with weights_only=True (a regular file; torch's warnings about the pickle's
+    protocol kept off the terminal): a file that would run code is one line saying so; one whose size cannot fit
+    in memory twice (the file and its tensors) is refused before torch reads it."""
+    with open_regular(path, "--model") as (_, size), warnings.catch_warnings():
+        require_memory(2 * size, f"--model: {path}", "use a smaller model")
+        warnings.simplefilter("ignore")
+        try:
+            return torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as e:  # UnpicklingError for a file that would run code; others for garbage
+            text = str(e).partition("WeightsUnpickler error:")[2].partition("Check the documentation")[0]
+            found = " ".join((text or str(e)).split())[:160]
+            raise UserError(f"--model: {path} is not a plain state dict; torch refused to load it with "
+                            f"weights_only=True (depthlab never runs code from a file): {found}") from None
 
 
 def load_folder(folder: str | Path) -> TLModel:
@@ -181,7 +210,9 @@ def load_folder(folder: str | Path) -> TLModel:
     state dict; ``.model`` is the TransformerLens model. A depthlab export of a ReLU run gets its ReLU attention
     as permanent hooks (:func:`attach_relu_attention`): its logits are depthlab's in every call."""
     folder = Path(folder).expanduser()
-    config = json.loads((folder / "config.json").read_text())
+    config = parse_json(read_file(folder / "config.json", MAX_JSON_BYTES, "--model"), f"--model {folder}/config.json")
+    if not isinstance(config, dict):
+        raise UserError(f"--model: {folder}/config.json must hold a mapping of TransformerLens config fields")
     extra = config.pop("depthlab", {})
     model = build_from_config(config, _read_state(folder))
     if extra.get("attention") == "relu":

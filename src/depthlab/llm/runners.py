@@ -15,7 +15,12 @@ as an API samples by default), seeded per batch with ``torch.manual_seed`` (exac
 threads; proxies from the environment as usual). The API key is read from the environment variable whose *name*
 is given (default ``OPENAI_API_KEY``); it is sent in the ``Authorization`` header and is never part of
 :meth:`EndpointRunner.describe`, ``repr`` or an exception message (any text that would carry it is redacted).
-Requests have a timeout; 429, 5xx, connection errors and malformed answers are retried up to ``retries`` times
+An answer is read as untrusted input: at most :data:`MAX_BODY_BYTES` of it (counted while it streams in, and
+asked for uncompressed, so a small compressed answer cannot unpack into gigabytes), nesting at most 64 levels
+(``depthlab.bounded``), and the whole request (connecting, the headers, the body) within ``timeout`` seconds: a
+server that trickles its answer has its connection shut at the deadline (each request opens its own connection,
+so the deadline can close it). 429, 5xx, connection errors, timeouts and malformed answers are retried up to
+``retries`` times
 with exponential backoff and jitter, waiting what a ``Retry-After`` (or ``retry-after-ms``) header asks for when
 there is one; any other answer that is not 200 fails the request at once with :class:`RequestRefused` (its
 ``status`` says which, so a caller can tell a question the server refuses from a server that is down); at most
@@ -27,9 +32,11 @@ from __future__ import annotations
 
 import contextlib
 import email.utils
+import functools
 import json
 import os
 import random
+import socket
 import threading
 import time
 import urllib.parse
@@ -38,11 +45,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from depthlab.bounded import BoundError, parse_json
 from depthlab.errors import UserError
 
 DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
 DEFAULT_LOCAL_MAX_NEW_TOKENS = 16
 MAX_RETRY_AFTER_S = 300.0
+MAX_BODY_BYTES = 4 << 20  # an answer of a few hundred tokens is a few KB
 RETRYABLE = frozenset({429, *range(500, 600)})
 _sleep = time.sleep  # the wait between retries (tests replace it)
 
@@ -79,6 +88,14 @@ class EndpointError(UserError):
     def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
+
+
+class DeadlineExceeded(Exception):
+    """A request that took longer than the runner's timeout in all (retried like any timeout)."""
+
+
+class UnsafeAnswer(Exception):
+    """An answer past MAX_BODY_BYTES, or compressed though it was asked for uncompressed (retried)."""
 
 
 class RequestRefused(EndpointError):
@@ -214,8 +231,13 @@ class HFRunner:
 
 def chat_url(base_url: str) -> str:
     """``<base URL>/chat/completions`` (a URL that already ends so is kept); rejects credentials in it."""
-    parts = urllib.parse.urlsplit(base_url.strip())
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    try:
+        parts = urllib.parse.urlsplit(base_url.strip())
+        hostname, _ = parts.hostname, parts.port
+    except ValueError as e:  # an unclosed [IPv6 address, a port that is not a number
+        raise UserError(f"--endpoint: not a URL ({e}): expected one such as http://localhost:8000/v1 "
+                        f"(got {base_url!r})") from None
+    if parts.scheme not in ("http", "https") or not hostname:
         raise UserError(f"--endpoint: expected an http(s) URL such as http://localhost:8000/v1 (got {base_url!r})")
     if parts.username or parts.password:
         raise UserError(
@@ -246,6 +268,15 @@ def _retry_after(headers: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return max(0.0, when.timestamp() - time.time())
+
+
+@functools.cache
+def _tls_context() -> Any:
+    """httpx's default TLS context (certifi's bundle, or $SSL_CERT_FILE / $SSL_CERT_DIR), built once per process:
+    loading the bundle takes 0.1 to 0.2 s, which every runner paid, also for http:// endpoints."""
+    import httpx
+
+    return httpx.create_ssl_context()
 
 
 class EndpointRunner:
@@ -290,8 +321,9 @@ class EndpointRunner:
         import httpx
 
         self._pool = ThreadPoolExecutor(max_workers=self.parallelism, thread_name_prefix="depthlab-llm")
-        self._client = httpx.Client(headers=self._headers, timeout=self.timeout,
-                                    limits=httpx.Limits(max_connections=self.parallelism))
+        self._client = httpx.Client(headers={**self._headers, "Accept-Encoding": "identity"}, timeout=self.timeout,
+                                    verify=_tls_context(),
+                                    limits=httpx.Limits(max_connections=self.parallelism, max_keepalive_connections=0))
         self._transport_errors = (httpx.TransportError, httpx.DecodingError)
         self._lock = threading.Lock()
         self.http_requests = 0  # every HTTP attempt made (retries included)
@@ -328,13 +360,46 @@ class EndpointRunner:
         return json.dumps(body).encode("utf-8")
 
     def _post(self, data: bytes) -> tuple[int, Any, bytes]:
-        response = self._client.post(self.url, content=data)
-        return response.status_code, response.headers, response.content
+        """(status, headers, body) of one POST, within ``timeout`` seconds in all and MAX_BODY_BYTES of body;
+        a request past its deadline raises :class:`DeadlineExceeded`, a body too big :class:`UnsafeAnswer`."""
+        sockets: list[socket.socket] = []
+
+        def trace(event: str, info: dict[str, Any]) -> None:  # httpcore's hook: the new connection's socket
+            if event == "connection.connect_tcp.complete" and info.get("return_value") is not None:
+                sockets.append(info["return_value"].get_extra_info("socket"))
+
+        def shut() -> None:  # wakes a read blocked on a trickling server, from the timer's thread
+            for sock in sockets:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+        started = time.monotonic()
+        timer = threading.Timer(self.timeout, shut)
+        timer.daemon = True
+        timer.start()
+        try:
+            with self._client.stream("POST", self.url, content=data, extensions={"trace": trace}) as response:
+                encoding = response.headers.get("content-encoding", "identity").lower()
+                if encoding != "identity":
+                    raise UnsafeAnswer(f"{self.url} answered with Content-Encoding {encoding[:20]}, though an "
+                                       f"uncompressed answer was asked for")
+                body = bytearray()
+                for chunk in response.iter_raw():
+                    body += chunk
+                    if len(body) > MAX_BODY_BYTES:
+                        raise UnsafeAnswer(f"{self.url} answered with more than {MAX_BODY_BYTES:,} bytes")
+                return response.status_code, response.headers, bytes(body)
+        except self._transport_errors:
+            if time.monotonic() - started >= self.timeout:
+                raise DeadlineExceeded(f"{self.url} did not answer within --timeout {self.timeout:g} s") from None
+            raise
+        finally:
+            timer.cancel()
 
     @staticmethod
     def _content(body: bytes) -> str:
         """The first choice's message content (raises ValueError/KeyError/… on a malformed answer)."""
-        data = json.loads(body.decode("utf-8"))
+        data = parse_json(body, "answer")  # nesting bounded: 200,000 [ is refused, not a RecursionError
         message = data["choices"][0]["message"]
         content = message.get("content")
         if content is None:
@@ -361,14 +426,17 @@ class EndpointRunner:
                 self.http_requests += 1
             try:
                 status, headers, body = self._post(data)
+            except (DeadlineExceeded, UnsafeAnswer) as e:
+                problem = str(e)
             except self._transport_errors as e:  # refused, reset, timed out, a broken answer
                 problem = f"could not reach {self.url} ({type(e).__name__}: {e})"
             else:
                 if status == 200:
                     try:
                         return Reply(self._content(body), attempts=attempt + 1)
-                    except (ValueError, KeyError, IndexError, TypeError, AttributeError, UnicodeDecodeError):
-                        problem = f"malformed chat-completions answer from {self.url}"
+                    except (ValueError, KeyError, IndexError, TypeError, AttributeError, UnicodeDecodeError) as e:
+                        why = f" ({e.detail})" if isinstance(e, BoundError) else ""
+                        problem = f"malformed chat-completions answer from {self.url}{why}"
                 elif status in RETRYABLE:
                     retry_after = _retry_after(headers)
                     problem = f"{self.url} answered HTTP {status}"

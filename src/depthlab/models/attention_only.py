@@ -11,8 +11,8 @@ Weights follow TransformerLens' row-vector convention (a position's representati
 W_QK (score = x_kᵀ W x_q, eq. 2 with columns) is its transpose; ``blocks.{l}.attn.W_V`` [heads, d', d'] with
 value = x W_V (the paper's W_V transposed); ``unembed.W_U`` [d', C] with logits = h_{n-1} W_U (W_O transposed).
 There is no causal mask (the paper's attention is bidirectional: every position attends to every other, before
-and after it) and no MLP, LayerNorm or bias. Initialisations (``init``: paper, paper-first, random) and the
-constructed first layers are in ``models.init``.
+and after it) and no MLP, LayerNorm or bias. Initialisations (``init``: paper, paper-first, random, and the last two
+with a bounded stream: paper-first-stream, random-stream) and the constructed first layers are in ``models.init``.
 
 TransformerLens' views of these weights (computed, not parameters; ``model.cfg``: ``d_head`` = d', ``attn_scale``
 = 1, ``attention_dir`` = bidirectional): ``attn.W_Q`` = W_QK and ``attn.W_K`` = I [heads, d', d'], so that
@@ -45,10 +45,10 @@ from pydantic import Field, field_validator, model_validator
 
 from .attention_kernels import LastQueryAttention, attention_pattern, full_layer
 from .base import ModelSpec, RunModule, TaskShapes, register
-from .components import Unembed, fixed_table, through_head_hook
+from .components import Unembed, fixed_table, shapes_only, through_head_hook
 from .factored import Circuits
 from .hooks import HookPoint
-from .init import attention_only_weight, paper_first_layer
+from .init import STREAM, attention_only_weight, bound_stream, drawn_as, paper_first_layer
 
 
 def one_hot_positions(n: int, d: int, width: int) -> torch.Tensor:
@@ -67,10 +67,14 @@ class AttentionOnlySpec(ModelSpec):
     heads: int | list[int] = Field(1, description="heads per layer: one number, or the paper's list [h1, h2, …]")
     width: int | None = Field(None, ge=1, description="hidden size d'; None = d + n (+ what the init needs)")
     attention: Literal["relu", "softmax"] = "relu"
-    init: Literal["paper", "paper-first", "random"] = "paper"
-    qk_scale: float = Field(1.0, gt=0, description="scale of W_QK at init: uniform in [0, qk_scale) (paper), "
-                                                  "N(0, 1/width)·qk_scale (random; paper-first's "
-                                                  "later layers N(0, 1/width))")
+    init: Literal["paper", "paper-first", "random", "paper-first-stream", "random-stream"] = Field(
+        "paper", description="paper (§9.1), paper-first (the constructed first layer, random weights after it), "
+                             "random; *-stream: those draws with each random layer's W_QK rescaled so that the "
+                             "residual stream stays O(1) at initialisation at any depth (ReLU attention)")
+    qk_scale: float = Field(1.0, gt=0, description="scale of W_QK at init: uniform in [0, qk_scale) (paper; "
+                                                  "paper-first's first layer), N(0, 1/width)·qk_scale (random; "
+                                                  "paper-first's later layers N(0, 1/width); no effect on the "
+                                                  "layers a *-stream init rescales)")
 
     family: ClassVar[type]
 
@@ -86,6 +90,9 @@ class AttentionOnlySpec(ModelSpec):
     def _heads_match_layers(self) -> AttentionOnlySpec:
         if isinstance(self.heads, list) and len(self.heads) != self.layers:
             raise ValueError(f"heads lists one number per layer: got {len(self.heads)} for {self.layers} layers")
+        if self.init.endswith(STREAM) and self.attention != "relu":
+            raise ValueError(f"init {self.init} bounds ReLU attention's stream; softmax attention is bounded "
+                             "without it (use paper-first or random)")
         return self
 
     @property
@@ -218,6 +225,8 @@ class AttentionOnly(RunModule):
                              persistent=False)
         if first:
             first.apply(self)
+        if spec.init.endswith(STREAM) and not shapes_only():
+            bound_stream(self, first_random=0 if drawn_as(spec.init) == "random" else 1)
         self.setup_hooks()
 
     fixed_length = True  # one-hot positions for exactly n positions (eq. 3)

@@ -11,6 +11,9 @@ different tasks, as illustrated in 13.2, 14.2, and 15."
   below. With §9.1's W_V = I and W_U uniform [0, 1) after the constructed layer, 3-layer models stay at chance
   on IC-TM (measured); with random weights after it they learn it.
 - ``random``: W_QK, W_V and W_U normal with standard deviation 1/√d'.
+- ``random-stream`` and ``paper-first-stream``: the same draws, then each randomly drawn layer's W_QK rescaled so
+  that the residual stream stays O(1) at any depth (:func:`bound_stream`); for new runs of 4 or more layers,
+  where §3.1's un-normalised ReLU stream otherwise grows cubically per layer at initialisation.
 
 Coordinates (``models.attention_only``): token one-hot in [0, d), position one-hot in [d, d + n), then free
 dimensions. Weights use the model's row convention: score(query q, key k) = x_q W_QK x_kᵀ and value = x W_V,
@@ -34,6 +37,13 @@ import torch
 from .components import shapes_only
 
 MASK = -1.0e4  # "a sufficiently large negative value" (Lemma 2)
+STREAM = "-stream"  # the suffix of the initialisations that bound the residual stream (``bound_stream``)
+
+
+def drawn_as(init: str) -> str:
+    """The initialisation whose draws ``init`` takes: ``random-stream`` draws as ``random`` and
+    ``paper-first-stream`` as ``paper-first``, before :func:`bound_stream` rescales them."""
+    return init.removesuffix(STREAM)
 
 
 # --------------------------------------------------------------------------------- the three initialisations
@@ -46,6 +56,7 @@ def attention_only_weight(kind: str, init: str, shape: list[int], generators: li
     out = torch.empty([len(generators), *shape])
     if shapes_only():
         return torch.nn.Parameter(out)
+    init = drawn_as(init)
     paper = init == "paper" or (init == "paper-first" and kind == "qk" and first_layer)
     # qk_scale shrinks random W_QK under `random` only (paper-first's later layers stay as they were measured)
     random_scale = qk_scale if (kind, init) == ("qk", "random") else 1.0
@@ -59,6 +70,42 @@ def attention_only_weight(kind: str, init: str, shape: list[int], generators: li
         else:
             out[r] = torch.rand(shape, generator=gen)
     return torch.nn.Parameter(out)
+
+
+# ------------------------------------------------------------------------- a residual stream bounded at init
+
+
+def bound_stream(model: Any, first_random: int) -> None:
+    """Rescale the W_QK of every layer from ``first_random`` on so that no input's residual stream can grow by
+    more than a factor e over the model's depth at initialisation (§3.1's eq. 2, bounded term by term).
+
+    Why: eq. 2 has no normalisation. For a query row h_q the update of one head is
+    Σ_k σ(h_q W_QK h_kᵀ) h_k W_V, and |σ(z)| ≤ |z| ≤ ‖W_QK‖ |h_q| |h_k| (‖·‖ the spectral norm), so with every
+    row of H^(l) of norm at most R_l it is at most n ‖W_QK‖ ‖W_V‖ R_l³: cubic in the stream. At N(0, 1/d') the
+    logits of a 4-layer IC-TM model reach 10⁸ at initialisation (5 layers 10²⁶; 6 overflow float32). Scaling each
+    head's W_QK so that n ‖W_QK,i‖ ‖W_V,i‖ R_l² = 1/L makes the averaged update at most R_l / L, hence
+    R_{l+1} ≤ R_l (1 + 1/L) and R_L ≤ e R_first for every input, and logits at most ‖W_U‖ e R_first.
+    R_first is √2 for ``random`` (a one-hot token and a one-hot position; a vector-input task's rows have other
+    norms: then the bound holds up to that ratio); after a constructed first layer it is the largest row norm
+    that layer gives on a probe of 64 uniformly random token sequences and one of each constant sequence (where
+    the constructions that match tokens add the most). The factor is positive, so every score keeps its sign,
+    and only W_QK changes: the draws are those of ``random`` or ``paper-first``. The scores start small (the
+    random layers begin close to the identity, as a residual branch does under Fixup or ReZero); W_QK's
+    gradient under ReLU does not depend on its scale, so training moves it from the first step.
+    """
+    layers = len(model.blocks)
+    probe = torch.cat([torch.randint(0, model.d, (64, model.n), generator=torch.Generator().manual_seed(0)),
+                       torch.arange(model.d)[:, None].expand(-1, model.n)])
+    with torch.no_grad():
+        h = model.residual_stream(probe.expand(model.n_runs, -1, -1))
+        for block in model.blocks[:first_random]:
+            h = h + block.attn.output(h, block.attn.pattern(h))
+        bound = h.norm(dim=-1).amax((1, 2))  # [R]: R_first, the largest row norm
+        for block in model.blocks[first_random:]:
+            attn = block.attn
+            size = torch.linalg.matrix_norm(attn.W_QK, ord=2) * torch.linalg.matrix_norm(attn.W_V, ord=2)
+            attn.W_QK.mul_((1 / (layers * model.n * bound[:, None] ** 2 * size))[..., None, None])
+            bound = bound * (1 + 1 / layers)
 
 
 # ------------------------------------------------------------------------------------ §10's two lemmas
@@ -183,7 +230,7 @@ FIRST_LAYERS: dict[str, Callable[[dict[str, Any]], FirstLayer]] = {
 def paper_first_layer(task: str, task_params: dict[str, Any], init: str) -> FirstLayer | None:
     """The §9.1 constructed first layer for ``task`` under ``init`` (paper or paper-first), or None (random
     init, memorization and the tasks the seed constructs none for)."""
-    if init not in ("paper", "paper-first") or task not in FIRST_LAYERS:
+    if drawn_as(init) not in ("paper", "paper-first") or task not in FIRST_LAYERS:
         return None
     return FIRST_LAYERS[task](dict(task_params))
 

@@ -44,11 +44,13 @@ Summary = tuple[dict[str, Any], list[Table]]
 
 
 def depth_summary(store: Store, run_ids: list[str], figure: Path, title: str, vector: str | None = None) -> Summary:
-    """Seed 001's depth study: rows of the capability table, the table, and Figure 2."""
+    """Seed 001's depth study: rows of the capability table (one per cell), the table, and Figure 2 (a column
+    per row label, titled by the task's seed name)."""
     rows = capability.capability_rows(store, run_ids)
-    tasks = list(dict.fromkeys(r["task"] for r in rows))
-    path = save(depth_figure(capability.curves(store, run_ids), tasks, capability.chance_by_task(rows)), figure,
-                vector)
+    labels = list(dict.fromkeys(r["label"] for r in rows))
+    fig = depth_figure(capability.curves(store, rows), labels, capability.chance_by_task(rows, "label"),
+                       capability.panel_titles(rows), title)
+    path = save(fig, figure, vector)
     return {"rows": capability.depth_rows(rows), "figure": str(path)}, [capability.capability_table(rows, title)]
 
 
@@ -90,8 +92,11 @@ def lengths_summary(store: Store, run_ids: list[str], figure: Path, title: str, 
     figure = Path(figure)
     heat = save(heatmap_figure(rows, title), figure, vector)
     chosen = lengths.choose_curve_lengths(rows, curve_length)
-    curves = curves_figure(lengths.curves(store, rows, chosen), capability.chance_by_task(rows), chosen,
-                           f"{title}: validation curves")
+    shown = [r for r in rows if r["length"] == chosen.get(r["task_label"])]
+    targets = {r["target_accuracy"] for r in shown if r["target_accuracy"] is not None}
+    curves = curves_figure(lengths.curves(store, rows, chosen), capability.chance_by_task(rows, "task_label"), chosen,
+                           f"{title}: validation curves", {r["task_label"]: r["task_title"] for r in rows},
+                           {r["label"]: r["max_steps"] for r in shown}, min(targets) if targets else None)
     curve_path = save(curves, figure.with_name(f"{figure.stem}-curves{figure.suffix}"), vector)
     out = {"rows": lengths.lengths_json(rows), "figure": str(heat), "curves_figure": str(curve_path),
            "curve_lengths": chosen}
@@ -133,7 +138,7 @@ def information_flow_summary(store: Store | None, run_ids: list[str], figure: Pa
     each position holds after every layer, drawn; for every D of ``depths`` (default 1 … 6) Theorem 1's bound next
     to the simulated least depths (``depthlab.constructions.information_flow``)."""
     flow = information_flow.flow(D)
-    path = save(information_flow_figure(flow, f"{title} (seed 002 Figures 3 and 8, D = {D})"), figure, vector)
+    path = save(information_flow_figure(flow, f"{title}, D = {D}"), figure, vector)
     rows = information_flow.depth_rows(list(depths or range(1, 7)), N)
     view = Table([Column(c, "right") for c in ("D", "⌈log₃(2D)⌉", "any position (simulated)",
                                                 "last position (simulated)", "⌈log₃(4D+1)⌉")],
@@ -160,7 +165,7 @@ def mamba_width_summary(store: Store, run_ids: list[str], figure: Path, title: s
     """Seed 003 Figure 3: accuracy of each width at each length (the length table, a row per width), drawn
     against width and against length."""
     rows = lengths.length_rows(store, run_ids)
-    path = save(width_figure(rows, f"{title} (seed 003 Figure 3)"), figure, vector)
+    path = save(width_figure(rows, title), figure, vector)
     return {"rows": lengths.lengths_json(rows), "figure": str(path)}, [lengths.length_table(rows, title)]
 
 
@@ -170,8 +175,7 @@ def hypotheses_summary(store: Store, run_ids: list[str], figure: Path, title: st
     ``sequences`` for strengths and bleeding), a table row per run, a figure column per capacity knob, the
     essay's wording of each hypothesis in the caption."""
     rows = hypotheses.capacity_rows(store, run_ids, per_token, sequences)
-    fig = capacity_figure(hypotheses.knob_groups(rows), hypotheses.HYPOTHESES,
-                          f"{title} (seed 004 Hypotheses 1 and 2)")
+    fig = capacity_figure(hypotheses.knob_groups(rows), hypotheses.HYPOTHESES, title)
     path = save(fig, figure, vector)
     return ({"rows": hypotheses.capacity_json(rows), "hypotheses": hypotheses.HYPOTHESES, "figure": str(path),
              "per_token": per_token, "sequences": sequences}, [hypotheses.capacity_table(rows, title)])
@@ -182,10 +186,10 @@ def induction_summary(store: Store, run_ids: list[str], figure: Path, title: str
     """Seed 004 on every run: rows of mean/median strength per model, a combined strength figure, the bleeding
     figure, and four figures per run (``FIGURE-MODEL-NlayerS-strength.png`` …)."""
     measured = measure_runs(store, run_ids)
-    per_run = [path for m in measured
-               for path in write_figures(m.study, figure.parent, f"{figure.stem}-{m.name}", vector)]
-    combined = save(strength_figure({m.label: m.study.strength.strength for m in measured}), figure, vector)
-    bleed = save(bleeding_figure({m.label: m.study.bleeding for m in measured}),
+    per_run = [path for m in measured for path in write_figures(m.study, figure.parent, f"{figure.stem}-{m.name}",
+                                                                vector, f"{title}: {m.label}")]
+    combined = save(strength_figure({m.label: m.study.strength.strength for m in measured}, title), figure, vector)
+    bleed = save(bleeding_figure({m.label: m.study.bleeding for m in measured}, title),
                  figure.with_name(f"{figure.stem}-bleeding{figure.suffix}"), vector)
     rows = [m.row for m in measured]
     out = {"rows": rows, "figure": str(combined), "figures": [str(f) for f in [combined, bleed, *per_run]],
@@ -196,7 +200,7 @@ def induction_summary(store: Store, run_ids: list[str], figure: Path, title: str
 def heads_summary(store: Store, run_ids: list[str], figure: Path, title: str, vector: str | None = None) -> Summary:
     """Seed 001 Figures 4-7: rows per (task, head list) with final accuracy and speed, the table, the figure."""
     rows = heads.head_rows(store, run_ids)
-    path = save(heads_figure(rows, f"seed 001 Figures 4-7 (§9.2-§9.3): {title}"), figure, vector)
+    path = save(heads_figure(rows, title), figure, vector)
     return {"rows": heads.heads_json(rows), "figure": str(path)}, [heads.heads_table(rows, title)]
 
 

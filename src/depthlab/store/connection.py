@@ -11,21 +11,34 @@ import sqlite3
 import time
 from pathlib import Path
 
-from depthlab.store.schema import ensure_schema, read_version
+from depthlab.store.errors import BUSY_TIMEOUT_S
+from depthlab.store.schema import check_existing, ensure_schema, read_version
 
-BUSY_TIMEOUT_S = 30.0
 
+def open_database(db_path: Path, mode: str = "create") -> sqlite3.Connection:
+    """A connection to the store database at ``db_path`` (its folder must exist); a
+    :class:`~depthlab.store.errors.StoreError` for a schema version it does not know or a file that is not a store.
 
-def open_database(db_path: Path) -> sqlite3.Connection:
-    """A connection to the store database at ``db_path`` (created with the schema if new; its folder must
-    exist); a :class:`~depthlab.store.errors.StoreError` for a newer schema or a file that is not a store."""
-    conn = sqlite3.connect(db_path, timeout=BUSY_TIMEOUT_S, isolation_level="IMMEDIATE", check_same_thread=False)
+    ``mode``: ``create`` makes the database with its schema where there is none (and adds tables added since);
+    ``existing`` opens a store that must already be one, changing nothing of its schema; ``read`` opens it
+    read-only (SQLite's ``mode=ro``: the file is never written; SQLite may still create its ``-wal`` and
+    ``-shm`` companions to read a store in WAL mode)."""
+    if mode == "read":
+        conn = sqlite3.connect(f"{db_path.absolute().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S,
+                               check_same_thread=False)
+    else:
+        conn = sqlite3.connect(db_path, timeout=BUSY_TIMEOUT_S, isolation_level="IMMEDIATE", check_same_thread=False)
     try:
         conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
         version = read_version(conn, db_path)  # refuse a newer store before switching its journal mode
+        if mode != "create":
+            check_existing(conn, db_path, version)
+        if mode == "read":
+            return conn
         _enable_wal(conn)
         conn.execute("PRAGMA synchronous = NORMAL")
-        ensure_schema(conn, db_path, version)
+        if mode == "create":
+            ensure_schema(conn, db_path, version)
     except BaseException:
         conn.close()
         raise

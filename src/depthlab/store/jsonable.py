@@ -45,7 +45,3 @@ def to_json(obj: Any, **kwargs: Any) -> str:
     """Strict JSON (``allow_nan=False``) of ``to_jsonable(obj)``; ``kwargs`` go to :func:`json.dumps`."""
     return json.dumps(to_jsonable(obj), allow_nan=False, **kwargs)
 
-
-def from_json(text: str | None) -> Any:
-    """The value of JSON ``text``; None for None (a NULL column)."""
-    return None if text is None else json.loads(text)

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from depthlab.bounded import kind_of
 from depthlab.store.errors import StoreError
 
 DB_NAME = "depthlab.sqlite"
@@ -51,3 +52,22 @@ def check_run_id(run_id: Any) -> str:
     if not is_valid_run_id(run_id):
         raise StoreError(f"invalid run id {run_id!r}: use letters, digits, '_', '-' and '.' only")
     return run_id
+
+
+def check_store_path(root: Path, source: str = "--store") -> None:
+    """A StoreError naming what stands where the store's folder or database should be: a file, a device, a
+    dangling symlink (``source`` says where the path came from: ``--store``, ``$DEPTHLAB_STORE``)."""
+    chain = [*reversed(root.parents), root]
+    blocker = next((p for p in chain if (p.exists() or p.is_symlink()) and not p.is_dir()), None)
+    if blocker is not None:
+        if blocker.is_symlink() and not blocker.exists():
+            what = f"a symlink to {os.readlink(blocker)}, which does not exist"
+        else:
+            what = kind_of(blocker.stat().st_mode) or "a file"
+        where = f"is {what}" if blocker == root else f"is under {blocker}, which is {what}"
+        raise StoreError(f"{source}: {root} {where}; a store is a folder (depthlab creates it)")
+    db = database_path(root)
+    if db.is_symlink() or db.exists():
+        kind = kind_of(db.stat().st_mode) if db.exists() else "a dangling symlink"
+        if kind is not None:
+            raise StoreError(f"{source}: {db} is {kind}, not a database file; pass another store path")

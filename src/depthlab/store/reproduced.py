@@ -9,10 +9,10 @@ entry, and a rerun replaces its own. The store does not interpret the entry beyo
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from depthlab.bounded import MAX_JSON_BYTES, BoundError, parse_json, read_file
 from depthlab.store.errors import StoreError
 from depthlab.store.files import atomic_write_json
 from depthlab.store.layout import check_run_id
@@ -38,10 +38,10 @@ def reproductions(root: str | Path) -> list[dict[str, Any]]:
     :class:`StoreError` naming it)."""
     out = []
     for path in sorted(reproduced_folder(root).glob("*.json")):
-        try:
-            entry = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as e:
-            raise StoreError(f"{path}: not a readable reproduce manifest ({e})") from None
+        try:  # a regular file of at most 16 MiB, nesting at most 64 levels
+            entry = parse_json(read_file(path, MAX_JSON_BYTES, str(path)), str(path))
+        except BoundError as e:
+            raise StoreError(f"{path}: not a readable reproduce manifest ({e.detail})") from None
         if not isinstance(entry, dict) or not {"preset", "scale"} <= set(entry):
             raise StoreError(f"{path}: not a reproduce manifest (no preset and scale)")
         out.append(entry)

@@ -1,8 +1,10 @@
 """The store's tables and their version: created on first open, checked on every open.
 
-The version lives in SQLite's ``user_version``. A store with a newer version than :data:`SCHEMA_VERSION`
-is refused (an older depthlab must not write to it); tables added since version 1 was released are created
-where missing, additively, so the version stays 1.
+The version lives in SQLite's ``user_version``. A store of a version this depthlab does not know (newer than
+:data:`SCHEMA_VERSION`, or negative: no depthlab writes one) is refused (an older depthlab must not write to it);
+tables added since version 1 was released are created where missing, additively, so the version stays 1. A
+store opened only to be read (:func:`check_existing`) is never created, migrated or rewritten: it must already be
+a store of this version, with its ``runs`` table.
 """
 
 from __future__ import annotations
@@ -57,12 +59,7 @@ CREATE TABLE IF NOT EXISTS records (
     PRIMARY KEY (run_id, key)
 );
 """
-# Tables added after schema version 1 was first released, created on open where missing (additive: an
-# older depthlab ignores them, so the schema version stays 1).
-_ADDED_TABLES = {
-    "records": "CREATE TABLE IF NOT EXISTS records "
-    "(run_id TEXT, key TEXT, value TEXT, created REAL, PRIMARY KEY (run_id, key))",
-}
+TABLES = frozenset({"runs", "metrics", "artifacts", "records"})  # records: added after version 1 was released
 
 
 def read_version(conn: sqlite3.Connection, db_path: Path) -> int:
@@ -86,12 +83,27 @@ def ensure_schema(conn: sqlite3.Connection, db_path: Path, version: int) -> None
         _add_missing_tables(conn)
 
 
+def check_existing(conn: sqlite3.Connection, db_path: Path, version: int) -> set[str]:
+    """The tables of an existing store opened without creating or migrating it (a StoreError unless it is a
+    depthlab store of this version with its ``runs`` table)."""
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if version != SCHEMA_VERSION or "runs" not in tables:
+        size = db_path.stat().st_size if db_path.exists() else 0
+        what = "is empty (0 bytes)" if not size else f"has schema version {version} and tables {sorted(tables)[:4]}"
+        raise StoreError(f"store {db_path} {what}: not a depthlab store; reading commands never create or repair "
+                         f"one (pass another --store path)")
+    return tables
+
+
 def _check_version(version: int, db_path: Path) -> None:
     if version > SCHEMA_VERSION:
         raise StoreError(
             f"store {db_path} has schema version {version}, newer than the {SCHEMA_VERSION} this "
             f"depthlab knows: upgrade depthlab (pip install -U depthlab) or use another --store path"
         )
+    if version < 0:
+        raise StoreError(f"store {db_path} has schema version {version}, which no depthlab writes (the file was "
+                         f"edited or damaged); nothing was changed; use another --store path")
 
 
 @contextlib.contextmanager
@@ -101,7 +113,8 @@ def _immediate_transaction(conn: sqlite3.Connection) -> Iterator[None]:
         yield
         conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        with contextlib.suppress(sqlite3.Error):  # a COMMIT that failed (a full disk) may have ended it already
+            conn.execute("ROLLBACK")
         raise
 
 
@@ -111,6 +124,10 @@ def _create_schema(conn: sqlite3.Connection, db_path: Path) -> None:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         _check_version(version, db_path)
         if version < SCHEMA_VERSION:
+            foreign = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if foreign and "runs" not in foreign:
+                raise StoreError(f"{db_path} is a database of another program (tables {sorted(foreign)[:4]}), "
+                                 f"not a depthlab store; pass another --store path")
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
                     conn.execute(statement)
@@ -118,10 +135,11 @@ def _create_schema(conn: sqlite3.Connection, db_path: Path) -> None:
 
 
 def _add_missing_tables(conn: sqlite3.Connection) -> None:
+    """Tables added since version 1 (and any a hand edit dropped: created empty, as the first open would have)."""
     present = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    missing = [sql for name, sql in _ADDED_TABLES.items() if name not in present]
-    if not missing:
+    if present >= TABLES:
         return
     with _immediate_transaction(conn):
-        for sql in missing:
-            conn.execute(sql)
+        for statement in _SCHEMA.split(";"):  # every statement is CREATE … IF NOT EXISTS
+            if statement.strip():
+                conn.execute(statement)

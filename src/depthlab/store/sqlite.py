@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import math
 import os
 import shutil
@@ -30,11 +31,11 @@ from pathlib import Path
 from typing import Any
 
 from depthlab.store.connection import open_database
-from depthlab.store.errors import StoreError
-from depthlab.store.jsonable import from_json, to_json
-from depthlab.store.layout import artifacts_folder, check_run_id, database_path, is_valid_run_id
-
-STATUSES = ("pending", "running", "done", "failed", "diverged", "interrupted")
+from depthlab.store.errors import StoreError, database_failure
+from depthlab.store.files import ensure_folder
+from depthlab.store.jsonable import to_json
+from depthlab.store.layout import artifacts_folder, check_run_id, check_store_path, database_path, is_valid_run_id
+from depthlab.store.rows import STATUSES, DamagedRow, artifact_path, json_value, metric_value, run_row
 
 _RUN_COLUMNS = "id, task, model, config, status, step, created, updated, final, error, group_id, tags"
 _IN_CHUNK = 500  # ids per IN (...) clause, well below SQLite's variable limit
@@ -55,16 +56,24 @@ def _value(v: Any) -> float | None:
 class Store:
     """An experiment store rooted at ``root``: runs, metrics and artifacts.
 
-    ``create``: make the store when ``root`` holds none (what training does); with False a missing store is a
-    :class:`StoreError` (what reading commands want: a mistyped path must not answer "no runs"). A path that
-    cannot hold a store (a file, a folder under a file, one that cannot be written, a database of another
-    program) is a :class:`StoreError` naming it.
+    ``create``: make the store when ``root`` holds none, and add tables added since (what training does); with
+    False a missing store is a :class:`StoreError` (a mistyped path must not answer "no runs") and nothing of the
+    schema is changed. ``readonly``: open it read-only (SQLite ``mode=ro``): what the commands that only read do,
+    so they never create, migrate or rewrite anything. A path that cannot hold a store (a file, a dangling
+    symlink, a folder under a file, one that cannot be written, a database of another program or of a schema
+    version this depthlab does not know) is a :class:`StoreError` naming it; ``source`` says where the path came
+    from (``--store``, ``$DEPTHLAB_STORE``). Rows that cannot be read are left out of lists and named in
+    :attr:`damage` (:mod:`depthlab.store.rows`); the database failing (disk full, locked, damaged) is a
+    :class:`StoreError` naming it.
     """
 
-    def __init__(self, root: str | Path, create: bool = True) -> None:
-        self._attach(Path(root).expanduser().absolute())
-        if not create and not self.db_path.is_file():
-            raise StoreError(f"--store: no depthlab store at {self.root} (train runs into one with "
+    def __init__(self, root: str | Path, create: bool = True, readonly: bool = False,
+                 source: str = "--store") -> None:
+        self._attach(Path(root).expanduser().absolute(), "read" if readonly else "create" if create else "existing",
+                     source)
+        check_store_path(self.root, self.source)
+        if self.mode != "create" and not self.db_path.is_file():
+            raise StoreError(f"{self.source}: no depthlab store at {self.root} (train runs into one with "
                              f"`depthlab sweep FILE --store {self.root}`)")
         self._conn()  # open now: create the store, or refuse a newer schema, at construction
 
@@ -74,14 +83,15 @@ class Store:
         return f"Store({str(self.root)!r})"
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"root": self.root}
+        return {"root": self.root, "mode": self.mode, "source": self.source}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self._attach(state["root"])
+        self._attach(state["root"], state.get("mode", "create"), state.get("source", "--store"))
 
-    def _attach(self, root: Path) -> None:
+    def _attach(self, root: Path, mode: str, source: str) -> None:
         """Point this object at the store under ``root`` with no connection yet (opened on first use)."""
-        self.root = root
+        self.root, self.mode, self.source = root, mode, source
+        self.damage: dict[tuple[str, str], str] = {}  # what reads left out, by (row, column): one line each
         self.db_path = database_path(root)
         self.artifacts_root = artifacts_folder(root)
         self._conn_: sqlite3.Connection | None = None
@@ -122,37 +132,59 @@ class Store:
 
     def _open(self) -> sqlite3.Connection:
         """Create the folder if needed and open the database; every way a path can fail is one line."""
-        blocker = next((p for p in (self.root, *self.root.parents) if p.exists() and not p.is_dir()), None)
-        if blocker is not None:
-            where = "is a file" if blocker == self.root else f"is under {blocker}, which is a file"
-            raise StoreError(f"--store: {self.root} {where}; a store is a folder (depthlab creates it)")
         try:
-            self.root.mkdir(parents=True, exist_ok=True)
-            return open_database(self.db_path)
+            if self.mode == "create":
+                ensure_folder(self.root)
+            return open_database(self.db_path, self.mode)
         except PermissionError as e:
-            raise StoreError(f"--store: cannot write to {e.filename or self.root}: permission denied") from None
-        except sqlite3.OperationalError as e:  # the database cannot be created or opened (read-only, locked)
-            raise StoreError(f"--store: cannot open {self.db_path}: {e}") from None
+            raise StoreError(f"{self.source}: cannot write to {e.filename or self.root}: permission denied") from None
+        except sqlite3.OperationalError as e:  # the database cannot be created or opened (read-only, locked, full)
+            if "unable to open" not in str(e):
+                raise database_failure(self.db_path, e) from None
+            raise StoreError(f"{self.source}: cannot open {self.db_path}: {e}") from None
+        except sqlite3.DatabaseError as e:
+            raise database_failure(self.db_path, e) from None
+
+    def _damaged(self, row: str, column: str, problem: str, left_out: str = "left out") -> None:
+        self.damage[(row, column)] = f"store {self.root}: {row}: {problem}; {left_out} (the rest of the store is " \
+                                     f"readable)"
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         """One write transaction (``BEGIN IMMEDIATE`` … ``COMMIT``, rolled back on error)."""
         with self._lock:
             conn = self._conn()
-            with conn:
-                yield conn
+            try:
+                with conn:
+                    yield conn
+            except sqlite3.DatabaseError as e:
+                raise database_failure(self.db_path, e) from None
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
         with self._lock:
-            return self._conn().execute(sql, params).fetchall()
+            try:
+                return self._conn().execute(sql, params).fetchall()
+            except sqlite3.OperationalError as e:
+                missing = str(e).removeprefix("no such table: ")
+                if missing != str(e) and self.mode != "create":  # a table a hand edit dropped: read as empty
+                    self._damaged(f"table {missing}", "", "missing", "read as empty")
+                    return []
+                raise database_failure(self.db_path, e) from None
+            except sqlite3.DatabaseError as e:
+                raise database_failure(self.db_path, e) from None
 
     # ------------------------------------------------------------------------------ runs
 
     @staticmethod
     def run_id(config: dict) -> str:
         """Stable run id: first 16 hex chars of sha256 of the canonical JSON of ``config`` (seed included)."""
+        return Store.config_hash(config)[:16]
+
+    @staticmethod
+    def config_hash(config: dict) -> str:
+        """SHA-256 (hex) of the canonical JSON of ``config``: what a checkpoint records of the run it belongs to."""
         canonical = to_json(config, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
+        return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
     def create_run(
         self,
@@ -185,28 +217,25 @@ class Store:
             )
         return rid
 
-    @staticmethod
-    def _run_dict(row: tuple) -> dict[str, Any]:
-        rid, task, model, config, status, step, created, updated, final, error, group_id, tags = row
-        return {
-            "id": rid,
-            "task": task,
-            "model": model,
-            "config": from_json(config),
-            "status": status,
-            "step": step,
-            "created": created,
-            "updated": updated,
-            "final": from_json(final),
-            "error": error,
-            "group_id": group_id,
-            "tags": from_json(tags) or [],
-        }
+    def _run_dict(self, row: tuple) -> dict[str, Any] | None:
+        """The run of a ``runs`` row, or None (noted in :attr:`damage`) when the row cannot be read."""
+        try:
+            return run_row(row)
+        except DamagedRow as e:
+            self._damaged(f"run {str(row[0])[:40]}", e.column, f"{e}")
+            return None
 
     def get_run(self, run_id: str) -> dict[str, Any] | None:
-        """The run as a dict (config/final/tags parsed), or None if there is no such run."""
+        """The run as a dict (config/final/tags parsed), or None if there is no such run; a StoreError naming the
+        store, the run and the column when its row cannot be read."""
         rows = self._read(f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = ?", (run_id,))
-        return self._run_dict(rows[0]) if rows else None
+        if not rows:
+            return None
+        run = self._run_dict(rows[0])
+        if run is None:  # said once, as the error (not also as a warning about what a list left out)
+            problem = self.damage.pop(next(k for k in reversed(self.damage) if k[0] == f"run {str(rows[0][0])[:40]}"))
+            raise StoreError(problem.replace("; left out (", " ("))
+        return run
 
     def resolve(self, run: str) -> str:
         """The id of the run ``run`` names: its id, or a prefix of exactly one run's id (else a StoreError)."""
@@ -255,7 +284,7 @@ class Store:
             if clauses:
                 sql += " WHERE " + " AND ".join(clauses)
             rows.extend(self._read(sql, args))
-        runs = [self._run_dict(r) for r in rows]
+        runs = [run for run in map(self._run_dict, rows) if run is not None]
         if tag is not None:
             runs = [r for r in runs if tag in r["tags"]]
         runs.sort(key=lambda r: (r["created"], r["id"]))
@@ -327,14 +356,15 @@ class Store:
     def metric_columns(self, run_id: str, split: str | None = None) -> dict[str, dict[str, list]]:
         """One run's metrics as ``{split: {"step": [...], name: [...]}}`` ordered by step; a name missing at a step
         is NaN. (``depthlab.Store.metrics`` gives every run's as one long pandas table.)"""
-        sql = "SELECT split, step, name, value FROM metrics WHERE run_id = ?"
+        sql = "SELECT step, split, name, value FROM metrics WHERE run_id = ?"
         params: list[Any] = [run_id]
         if split is not None:
             sql += " AND split = ?"
             params.append(split)
         table: dict[str, dict[int, dict[str, float]]] = {}
-        for sp, step, name, value in self._read(sql + " ORDER BY split, step, name", params):
-            table.setdefault(sp, {}).setdefault(step, {})[name] = math.nan if value is None else value
+        for step, sp, name, value in self._metric_rows(self._read(sql + " ORDER BY split, step, name", params),
+                                                       run_id):
+            table.setdefault(sp, {}).setdefault(step, {})[name] = value
         out: dict[str, dict[str, list]] = {}
         for sp, by_step in table.items():
             steps = sorted(by_step)
@@ -360,8 +390,22 @@ class Store:
                 rows.extend(self._read(sql.format(where=f"WHERE m.run_id IN ({', '.join('?' * len(chunk))})"), chunk))
             order = {run_id: i for i, run_id in enumerate(unique)}
             rows.sort(key=lambda row: order[row[0]])  # stable: keeps split, step, name order within a run
-        return [(run_id, step, split, name, math.nan if value is None else value)
-                for run_id, step, split, name, value in rows]
+        return [(run_id, *row) for run_id, rows_of_run in itertools.groupby(rows, key=lambda row: row[0])
+                for row in self._metric_rows([r[1:] for r in rows_of_run], run_id)]
+
+    def _metric_rows(self, rows: list[tuple], run_id: str) -> list[tuple[int, str, str, float]]:
+        """``(step, split, name, value)`` rows of one run with their values read (NULL and NaN as NaN); a row whose
+        step is not an integer or whose value is not a number is left out and noted in :attr:`damage`."""
+        out = []
+        for step, split, name, value in rows:
+            try:
+                if isinstance(step, bool) or not isinstance(step, int):
+                    raise DamagedRow("step", f"is {str(step)[:40]!r}, not an integer")
+                out.append((step, split, name, metric_value(value)))
+            except DamagedRow as e:
+                self._damaged(f"run {run_id}", f"metrics {step} {split} {name}",
+                              f"metrics row (step {str(step)[:20]}, {split}, {name}): {e}")
+        return out
 
     # ------------------------------------------------------------------------- artifacts
 
@@ -376,7 +420,7 @@ class Store:
         if not name or rel.is_absolute() or ".." in rel.parts:
             raise StoreError(f"invalid artifact name {name!r}: use a relative path without '..'")
         path = run_dir / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
+        ensure_folder(path.parent)
         return path
 
     def add_artifact(self, run_id: str, kind: str, name: str, meta: dict | None = None) -> Path:
@@ -398,18 +442,14 @@ class Store:
         if kind is not None:
             sql += " AND kind = ?"
             params.append(kind)
-        rows = self._read(sql + " ORDER BY created, kind, name", params)
-        return [
-            {
-                "run_id": r[0],
-                "kind": r[1],
-                "name": r[2],
-                "path": self.root / r[3],
-                "meta": from_json(r[4]) or {},
-                "created": r[5],
-            }
-            for r in rows
-        ]
+        out = []
+        for rid, kind_, name, path, meta, created in self._read(sql + " ORDER BY created, kind, name", params):
+            try:
+                out.append({"run_id": rid, "kind": kind_, "name": name, "path": self.root / artifact_path(path),
+                            "meta": json_value(meta, "meta") or {}, "created": created})
+            except DamagedRow as e:
+                self._damaged(f"run {run_id}", f"artifact {kind_} {name}", f"artifact {name!r}: {e}")
+        return out
 
     # --------------------------------------------------------------------------- records
 
@@ -430,5 +470,10 @@ class Store:
 
     def records(self, run_id: str) -> dict[str, Any]:
         """Every record of ``run_id`` as ``{key: obj}``, ordered by key (empty if there is none)."""
-        rows = self._read("SELECT key, value FROM records WHERE run_id = ? ORDER BY key", (run_id,))
-        return {key: from_json(value) for key, value in rows}
+        out = {}
+        for key, value in self._read("SELECT key, value FROM records WHERE run_id = ? ORDER BY key", (run_id,)):
+            try:
+                out[key] = json_value(value, "value")
+            except DamagedRow as e:
+                self._damaged(f"run {run_id}", f"record {key}", f"record {str(key)[:40]!r}: {e}")
+        return out

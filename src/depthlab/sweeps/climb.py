@@ -31,9 +31,11 @@ from typing import Any
 
 import yaml
 
+from ..bounded import BoundError, parse_yaml
 from ..config import RunConfig, apply_overrides, parse_run, set_field
 from ..errors import UserError
 from ..store import Store
+from ..training.engine import TERMINAL
 
 MAX_LAYERS = 64
 STUDY_KEYS = ("task", "model", "train", "layers", "seeds", "target", "widths", "vary", "expect")
@@ -71,6 +73,7 @@ class CellResult:
     eval_protocol: str | None = None
     accuracies: dict[int, list[float | None]] = field(default_factory=dict)  # depth -> per seed
     min_layers: int | None = None
+    unfinished_at: int | None = None  # read from the store only: the first depth whose runs are not all finished
 
     @property
     def label(self) -> str:
@@ -125,9 +128,9 @@ def _values(text: str, where: str) -> list[Any]:
     out = []
     for item in text.split(","):
         try:
-            out.append(yaml.safe_load(item.strip()))
-        except yaml.YAMLError:
-            raise UserError(f"{where}: cannot parse value {item.strip()!r}") from None
+            out.append(parse_yaml(item.strip(), where))
+        except BoundError as e:
+            raise UserError(f"{where}: cannot parse value {item.strip()!r} ({e.detail})") from None
     return out
 
 
@@ -281,22 +284,45 @@ def plan(study: Study) -> list[tuple[CellResult, dict[int, list[RunConfig]]]]:
 def climb(study: Study, store: Store, train: Callable[[list[RunConfig], int], Any]) -> list[CellResult]:
     """Train depth after depth until every cell is settled; ``train(configs, depth)`` runs one depth's runs
     (skipping those already done in ``store``). Returns every cell with its accuracies and minimum depth."""
-    cells = plan(study)
-    open_cells = list(cells)
-    for depth in study.layers:
-        if not open_cells:
-            break
-        train([config for _, runs in open_cells for config in runs[depth]], depth)
-        for cell, runs in open_cells:
+    return climb_many([study], store, train)[0]
+
+
+def climb_many(studies: list[Study], store: Store,
+               train: Callable[[list[RunConfig], int], Any] | None) -> list[list[CellResult]]:
+    """:func:`climb` for several studies at once: every open cell of every study at one depth is trained in one
+    call of ``train`` (one executor call: more runs to batch and to spread over workers).
+
+    ``train=None`` trains nothing and reads the store: a cell whose runs at a depth are not all finished (done or
+    diverged) stops there, unsettled, with ``unfinished_at`` set to that depth."""
+    planned = [plan(study) for study in studies]
+    open_cells = [(cell, runs, study) for study, cells in zip(studies, planned, strict=True) for cell, runs in cells]
+    for depth in sorted({d for study in studies for d in study.layers}):
+        at_depth = [(cell, runs, study) for cell, runs, study in open_cells if depth in runs]
+        if not at_depth:
+            continue
+        configs = [config for _, runs, _ in at_depth for config in runs[depth]]
+        if train is not None:
+            train(configs, depth)
+        for cell, runs, study in at_depth:
             ids = [Store.run_id(config.to_dict()) for config in runs[depth]]
+            if train is None and not finished(store, ids):
+                cell.unfinished_at = depth
+                continue
             cell.accuracies[depth] = seed_accuracies(store, ids)
             if cell.chance is None:
                 info = run_info(store, ids)
                 cell.chance, cell.eval_protocol = info["chance"], info["eval_protocol"]
             if solves(cell.accuracies[depth], study.target):
                 cell.min_layers = depth
-        open_cells = [(cell, runs) for cell, runs in open_cells if cell.min_layers is None]
-    return [cell for cell, _ in cells]
+        open_cells = [(cell, runs, study) for cell, runs, study in open_cells
+                      if cell.min_layers is None and cell.unfinished_at is None]
+    return [[cell for cell, _ in cells] for cells in planned]
+
+
+def finished(store: Store, run_ids: list[str]) -> bool:
+    """Every run is in the store with an outcome a re-run would not change (done or diverged)."""
+    found = {r["id"]: r["status"] for r in store.find_runs(ids=run_ids)}
+    return all(found.get(run_id) in TERMINAL for run_id in run_ids)
 
 
 def study_runs(study: Study) -> list[RunConfig]:

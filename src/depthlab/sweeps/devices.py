@@ -9,7 +9,8 @@ a forked child), load the same plugins (``$DEPTHLAB_PLUGINS``), open the same st
 writers from several processes) and receive each group as its runs' configs (plain data, re-validated in the
 worker), with ``train.device`` set to the worker's device and the group's other execution settings kept: where a
 run trains is not part of its id, so a run is the same run on any GPU. Workers sharing the CPU split its cores.
-A group's failure stops the sweep as it would in one process.
+A group holds its runs' folders while it trains (``training.claims``), as in one process. A group's failure stops
+the sweep as it would in one process.
 """
 
 from __future__ import annotations
@@ -41,11 +42,14 @@ def _claim(devices: Any, cpu_threads: int) -> None:
 
 def _train(runs: list[dict[str, Any]], execution: dict[str, Any], root: str) -> dict[str, dict[str, Any]]:
     from ..config import parse_run
+    from ..training.claims import hold_runs
     from ..training.engine import train_group
 
     execution = {**execution, "device": _DEVICE, "workers_per_device": 1}
     configs = [parse_run({**run, "train": {**run["train"], **execution}}) for run in runs]
-    return train_group(configs, Store(root))
+    store = Store(root)
+    with hold_runs(store, configs):  # as in one process: a run another command trains is waited for
+        return train_group(configs, store)
 
 
 def _execution(config: RunConfig) -> dict[str, Any]:

@@ -10,10 +10,11 @@ from typing import Any
 from ..config import RunConfig
 from ..errors import UserError
 from ..store import Store
-from ..training.checkpoint import SIDECAR, WEIGHTS, load_checkpoint
+from ..training.checkpoint import SIDECAR, WEIGHTS, Owner, layout_of, load_checkpoint
+from ..training.claims import hold_runs
 from ..training.device import free_memory, gpus_for, graph_plan, resolve_device
 from ..training.engine import TERMINAL, group_key, train_group
-from ..training.footprint import footprint
+from ..training.footprint import check_group, footprint
 from ..training.tracking import Tracker
 from .devices import train_on_devices
 
@@ -83,21 +84,31 @@ def plan_groups(configs: list[RunConfig], group_size: int | None = None) -> list
     return groups
 
 
+def preflight(configs: list[RunConfig], group_size: int | None = None) -> tuple[int, int]:
+    """Before the first run trains: every group of the command checked against the memory budget (ResourceError
+    naming the first that cannot fit, ``training.footprint``); returns (groups, bytes the largest group needs)."""
+    groups = plan_groups(configs, group_size)
+    for group in groups:
+        check_group(group)
+    return len(groups), max((footprint(g[0]).total(len(g)) for g in groups), default=0)
+
+
 def check_checkpoints(configs: list[RunConfig], store: Store) -> int:
     """Before any work: every checkpoint a run of this sweep would resume from must be intact.
 
     Reads (never writes) the checkpoint of each run that is in the store and not finished; a truncated or
-    corrupted one raises CheckpointError (a UserError naming the folder). Returns how many were checked.
-    (Whether a checkpoint's shapes fit its run is checked when its group is built, before its first step.)
+    corrupted one, another run's, or one whose tensors do not fit the run raises CheckpointError (a UserError
+    naming the folder). Returns how many were checked.
     """
-    ids = list(dict.fromkeys(Store.run_id(c.to_dict()) for c in configs))
+    by_id = {Store.run_id(c.to_dict()): c for c in configs}
     checked = 0
-    for record in store.find_runs(ids=ids):
+    for record in store.find_runs(ids=list(by_id)):
         if record["status"] in TERMINAL:
             continue
         folder = store.artifacts_root / record["id"]
-        if (folder / WEIGHTS).exists() or (folder / SIDECAR).exists():
-            load_checkpoint(folder)
+        if (folder / WEIGHTS).exists() or (folder / WEIGHTS).is_symlink() or (folder / SIDECAR).exists():
+            config = by_id[record["id"]]
+            load_checkpoint(folder, Owner.of(config), layout_of(config))
             checked += 1
     return checked
 
@@ -125,6 +136,7 @@ def run_local(configs: list[RunConfig], store: Store, group_size: int | None = N
     are spread over them, one worker process per GPU (``sweeps.devices``), and ``train.workers_per_device`` puts
     that many workers on each device (several groups at once on one GPU); the others train in this process."""
     check_checkpoints(configs, store)
+    preflight(configs, group_size)
     results: dict[str, dict[str, Any]] = {}
     # every group's device first: one this machine lacks (or cuda_graph: on without CUDA) is refused before any
     # run trains
@@ -142,7 +154,8 @@ def run_local(configs: list[RunConfig], store: Store, group_size: int | None = N
     for key, groups in placed.items():
         if len(slots[key]) == 1:
             for group in groups:
-                results.update(train_group(group, store, progress=progress, tracker=tracker))
+                with hold_runs(store, group):  # another process training these runs is waited for, not joined
+                    results.update(train_group(group, store, progress=progress, tracker=tracker))
     for key, groups in placed.items():
         if len(slots[key]) > 1:
             results.update(train_on_devices(groups, store, slots[key], progress))

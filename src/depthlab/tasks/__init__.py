@@ -15,6 +15,6 @@ from depthlab.tasks import (  # noqa: F401  (registers the tasks)
     retrieval,
     template,
 )
-from depthlab.tasks.base import TASKS, Batch, Task
+from depthlab.tasks.base import TASKS, Batch, Task, task_title
 
-__all__ = ["TASKS", "Batch", "Task"]
+__all__ = ["TASKS", "Batch", "Task", "task_title"]

@@ -67,6 +67,7 @@ class Task(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: ClassVar[str]
+    title: ClassVar[str] = ""  # the seed's name for it, as figures and tables title it (default: ``name``)
     section: ClassVar[str]  # where the seed defines it, e.g. "seed 001 §4.2"
     summary: ClassVar[str]
     # How evaluation data relates to training data, said in every table that shows this task.
@@ -179,6 +180,13 @@ def register(cls: type[Task]) -> type[Task]:
     return cls
 
 
+def task_title(name: str) -> str:
+    """The seed's name of the registered task ``name`` (its ``title``), as figures title it; ``name`` itself for a
+    task without one or not registered (a plugin's, read back from a store)."""
+    cls = TASKS.get(name)
+    return (cls.title if cls is not None else "") or name
+
+
 # --- helpers shared by tasks ----------------------------------------------------------------------------
 
 def check_shapes(task: Task) -> None:
@@ -189,6 +197,10 @@ def check_shapes(task: Task) -> None:
                               (task.seq_len, MAX_SEQ_LEN, f"sequences of {task.seq_len:,} positions")):
         if size > limit:
             raise ValueError(f"{largest_field(task)} gives {said}, more than the {limit:,} allowed")
+        if size < 1:  # a plugin's vocab, labels or seq_len that no model can take either
+            raise ValueError(f"{task.name} has {said}: no model can take it")
+    if task.n_outputs < 1:
+        raise ValueError(f"{task.name} has no labels (outputs): no model can be trained on it")
 
 
 def largest_field(task: Task) -> str:

@@ -43,6 +43,7 @@ BLANK = "·"
 @register
 class ConditionalRetrieval(Task):
     name = "conditional_retrieval"
+    title = "conditional retrieval"
     section = "seed 002 §3.1"
     summary = "conditional retrieval: each step's fact is keyed by up to `parents` earlier values (a DAG)"
     eval_protocol = "fresh sample"

@@ -60,6 +60,7 @@ def is_dyck(strings: np.ndarray, n_types: int, depth: int) -> np.ndarray:
 @register
 class BoundedDyck(FixedEvalSet):
     name = "dyck"
+    title = "bounded Dyck"
     section = "seed 003 §4.1, App. H.1"
     summary = "bounded Dyck recognition: is the bracket string well matched with depth at most k?"
     eval_protocol = "eval_size fresh strings of length exactly N (H.1 generator), balanced classes"

@@ -139,6 +139,7 @@ class _Classification(_Equality):
 @register
 class EqRandom(_Classification):
     name = "eq_random"
+    title = "string equality (random negatives)"
     section = "seed 003 App. H.2 (i)"
     summary = "string equality, negatives with a random second half (binary strings)"
 
@@ -151,6 +152,7 @@ class EqRandom(_Classification):
 @register
 class EqOne(_Classification):
     name = "eq_one"
+    title = "string equality (one-symbol negatives)"
     section = "seed 003 App. H.2 (ii)"
     summary = "string equality, negatives differ from the first half in exactly one symbol"
 
@@ -168,6 +170,7 @@ class EqOne(_Classification):
 @register
 class EqNCP(_Equality):
     name = "eq_ncp"
+    title = "string equality (next character)"
     section = "seed 003 App. H.2 (iii)"
     summary = "string equality as next-character prediction: valid continuations of every prefix of w|w"
     eval_protocol = "eval_size fresh strings w|w of length exactly N; correct when every prefix's label set is right"

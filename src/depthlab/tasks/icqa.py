@@ -40,6 +40,7 @@ SPLITS = ("train", "eval", "all")
 @register
 class InContextQA(ContextQA):
     name = "icqa"
+    title = "IC-QA"
     section = "seed 001 §4.2"
     summary = "in-context question answering: retrieve the answer paired with the query question"
     eval_protocol = "exhaustive dataset"

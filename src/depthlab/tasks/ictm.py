@@ -50,6 +50,7 @@ from depthlab.tasks.templates_common import SPLITS, TemplateTask, expand, ordere
 @register
 class InContextTemplateMatching(ContextQA, TemplateTask):
     name = "ictm"
+    title = "IC-TM"
     section = "seed 001 §4.4"
     summary = "in-context template matching: the answer whose question has the query's template"
     eval_protocol = "held-out substitution maps: no evaluation question sequence occurs in training"

@@ -36,6 +36,7 @@ from depthlab.tasks.eval_sets import SPLITS, FixedEvalSet
 @register
 class IndexLookup(FixedEvalSet):
     name = "index_lookup"
+    title = "index lookup"
     section = "seed 003 §3, App. H.1"
     summary = "index lookup: output the symbol at the position named by the last token"
     eval_protocol = "eval_size fresh strings of length exactly N (training lengths uniform in [min_length, N])"

@@ -36,6 +36,7 @@ SPECIALS = ["<pad>", "<bos>", "<2>", "<3>"]
 @register
 class Induction(Task):
     name = "induction"
+    title = "induction"
     section = "seed 004 (Experiments, Setup)"
     summary = "induction: … A B … A → B, a random bigram repeated; predict B at the final A"
     eval_protocol = "fresh random sequences"

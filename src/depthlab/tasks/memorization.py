@@ -31,6 +31,7 @@ SPLITS = ("train", "eval", "all")
 @register
 class Memorization(SignedVocabulary):
     name = "memorization"
+    title = "memorization"
     section = "seed 001 §4.1"
     summary = "sequence classification: N distinct random sequences, each with its own label"
     eval_protocol = "the training set (the question is whether the N sequences are stored)"

@@ -22,6 +22,7 @@ from depthlab.tasks.base import Batch, Task, check_split, register, sample_disti
 @register
 class MQAR(Task):
     name = "mqar"
+    title = "multi-query associative recall"
     section = "seed 003 App. G (Arora et al. 2023)"
     summary = "multi-query associative recall: after key-value pairs, output the value of each queried key"
     eval_protocol = "fresh random sequences"

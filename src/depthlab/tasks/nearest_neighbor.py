@@ -34,6 +34,7 @@ def unit_vectors(rng: np.random.Generator, shape: tuple[int, ...], d: int) -> np
 @register
 class NearestNeighbor(Task):
     name = "nearest_neighbor"
+    title = "nearest neighbour"
     section = "seed 003 §5.2, App. G"
     summary = "nearest neighbour: label each later query with the label of its closest earlier vector"
     eval_protocol = "fresh random sequences (unit vectors, margin γ)"

@@ -53,6 +53,7 @@ SPLITS = ("train", "eval", "all")
 @register
 class NestedICQA(SignedVocabulary):
     name = "nested_icqa"
+    title = "nested IC-QA"
     section = "seed 001 §7"
     summary = "nested in-context QA: follow `hops` links from the query symbol to the end of its chain"
     eval_protocol = "exhaustive dataset when small, else a fresh sample"

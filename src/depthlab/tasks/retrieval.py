@@ -152,6 +152,7 @@ class RetrievalVector(Task):
     """Seed 002 §6-§7: N chains of Gaussian symbol vectors, one regression output per query (MSE)."""
 
     name = "retrieval_vec"
+    title = "retrieval (vectors)"
     section = "seed 002 §6-§7"
     summary = "minimal retrieval: N chains of D Gaussian pairs, predict each query's chain (IC) or its end (non-IC)"
     eval_protocol = "fresh sample (continuous inputs: every example is new)"
@@ -297,6 +298,7 @@ class Retrieval(Task):
     """Seed 002 §3.1 with tokens: N interleaved chains of D pairs, one query x_0, predict its chain's x_D."""
 
     name = "retrieval"
+    title = "retrieval"
     section = "seed 002 §3.1"
     summary = "retrieval: … x_{D-1} x_D … x_0 x_1 … x_0 → x_D, with N interleaved chains (N-1 distractors)"
     eval_protocol = "exhaustive dataset when small, else a fresh sample"

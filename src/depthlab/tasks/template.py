@@ -41,6 +41,7 @@ from depthlab.tasks.templates_common import SPLITS, TemplateTask
 @register
 class TemplateMatching(SignedVocabulary, TemplateTask):
     name = "template"
+    title = "template matching"
     section = "seed 001 §4.3"
     summary = "template matching: classify a sequence by the template (equality pattern) it follows"
     eval_protocol = "held-out substitution maps: evaluation sequences never occur in training"

@@ -26,7 +26,7 @@ from safetensors.torch import save
 from ..config import RunConfig
 from ..models import TaskShapes, build_model
 from ..store import Store, atomic_write_bytes
-from .checkpoint import STOP_SIGNALS, WEIGHTS, CheckpointError, load_checkpoint, save_checkpoint
+from .checkpoint import STOP_SIGNALS, WEIGHTS, CheckpointError, Owner, layout_of, load_checkpoint, save_checkpoint
 from .data import EVAL_SEED, GroupBatches, data_stream, eval_set
 from .device import GraphedStep, autocast, graph_plan, prepare, resolve_device
 from .evaluate import evaluate, read_tensor
@@ -247,8 +247,8 @@ class Group:
         tensors = {k: v.cpu() for k, v in state.items()}
         loss_sum, correct = self.sums[r].tolist()
         sums = {"loss": float(loss_sum).hex(), "correct": float(correct).hex(), "seen": run.seen}
-        save_checkpoint(run.folder, tensors, run.step,
-                        {"run_id": run.id, "stream": run.stream.state(), "train_sums": sums, "final": final})
+        extra = {"stream": run.stream.state(), "train_sums": sums, "final": final}
+        save_checkpoint(run.folder, tensors, run.step, extra, Owner.of(run.config))
 
     def keep(self, r: int) -> None:
         """Keep run r's weights of this step (``train.keep_checkpoints``): ``history/step-NNNNNNN.safetensors``."""
@@ -262,12 +262,12 @@ class Group:
     def resume(self, r: int) -> None:
         """Continue run r from its checkpoint, if it has one (weights, optimizer, data stream, step).
 
-        A checkpoint that is corrupted or does not fit the run's config raises CheckpointError (a UserError)
-        and marks the run failed; the checkpoint itself is left as it is.
+        A checkpoint that is corrupted, belongs to another run or does not fit the run's config raises
+        CheckpointError (a UserError) and marks the run failed; the checkpoint itself is left as it is.
         """
         run = self.runs[r]
         try:
-            loaded = load_checkpoint(run.folder)
+            loaded = load_checkpoint(run.folder, Owner.of(run.config), layout_of(run.config))
             if loaded is not None:
                 self._load(r, *loaded)
         except CheckpointError as e:
@@ -276,8 +276,7 @@ class Group:
 
     def _load(self, r: int, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
         run = self.runs[r]
-        try:
-            self._check_optimizer_state(tensors)
+        try:  # names, dtypes and shapes were checked on the file's header (layout_of)
             step, stream, sums = int(meta["step"]), meta["stream"], meta.get("train_sums")
             if step < 0 or not 0 <= int(stream["pos"]) <= run.stream.steps_per_chunk:
                 raise ValueError(f"step {step} or data-stream position {stream['pos']} out of range")
@@ -296,24 +295,7 @@ class Group:
                 f"delete {run.folder} to start the run again from step 0"
             ) from None
         run.step = step
-        run.final = bool(meta.get("final", False)) and meta.get("run_id") == run.id  # a run's own final word
-
-    def _check_optimizer_state(self, tensors: dict[str, torch.Tensor]) -> None:
-        """Every optimizer.* tensor belongs to a parameter, a state this optimizer keeps, with the right shape."""
-        t = self.train
-        kept = {"sgd": ("momentum_buffer",) if t.momentum else (), "adamw": ("exp_avg", "exp_avg_sq")}[t.optimizer]
-        shapes = {n: tuple(p.shape[1:]) for n, p in zip(self.names, self.opt.params, strict=True)}
-        steps = tensors.get("optimizer.steps")
-        if steps is None or tuple(steps.shape) != (1,):
-            raise ValueError("no optimizer step count (optimizer.steps of shape [1])")
-        for key, value in tensors.items():
-            if not key.startswith("optimizer.") or key == "optimizer.steps":
-                continue
-            name, _, state = key.removeprefix("optimizer.").rpartition(".")
-            if name not in shapes or state not in kept:
-                raise ValueError(f"{key}: not a state of {t.optimizer} for this model")
-            if tuple(value.shape) != shapes[name]:
-                raise ValueError(f"{key} has shape {list(value.shape)}, the model needs {list(shapes[name])}")
+        run.final = bool(meta.get("final", False))  # the run's own final word (the owner was checked)
 
 
 TERMINAL = ("done", "diverged")  # a re-run skips these: their outcome is recorded and would not change

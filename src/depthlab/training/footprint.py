@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config import RunConfig
+from ..errors import ResourceError
 from ..memory import format_bytes, memory_budget, require_memory
 from ..models import ModelSize, TaskShapes, model_size
 from ..tasks import Task
@@ -45,7 +46,13 @@ class Footprint:
 def _model_size(config: RunConfig) -> ModelSize:
     key = (config.task.name, config.task.model_dump_json(), config.model.model_dump_json())
     if key not in _MODEL_SIZES:
-        _MODEL_SIZES[key] = model_size(config.model, TaskShapes.of(config.task))
+        try:
+            _MODEL_SIZES[key] = model_size(config.model, TaskShapes.of(config.task))
+        except RuntimeError as e:  # sizes whose element counts overflow PyTorch's int64 arithmetic
+            if "overflow" not in str(e):
+                raise
+            raise ResourceError(f"memory: {config.model.name} with these sizes has tensors past PyTorch's size "
+                                f"limit ({' '.join(str(e).split())[:120]}); lower the model's sizes") from None
     return _MODEL_SIZES[key]
 
 

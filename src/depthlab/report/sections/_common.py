@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...analysis.capability import capability_grids, depth_label
+from ...cells import field_values, list_fields
 from ...draw.curves import cell_curves_svg, run_curves_svg
 from ...draw.depth import depth_curves_svg
 from ...draw.svg import fmt
@@ -40,6 +41,7 @@ def _ensure_runs(ctx: ReportContext) -> dict[str, dict[str, Any]]:
     """Fill ``ctx.data["runs"]`` (what the page's script shows of each run) and each run's curve template."""
     runs: dict[str, dict[str, Any]] = ctx.data.setdefault("runs", {})
     all_grids = grids(ctx)
+    fields = list_fields([record["config"] or {} for record in ctx.runs])
     cell_of: dict[str, tuple[dict, dict]] = {}
     for grid in all_grids:
         for cell in grid["cells"]:
@@ -59,6 +61,7 @@ def _ensure_runs(ctx: ReportContext) -> dict[str, dict[str, Any]]:
             "layers": model.get("layers"), "seed": config.get("seed"), "status": record["status"],
             "step": record["step"], "accuracy": final.get("accuracy"), "loss": final.get("loss"),
             "chance": final.get("chance"), "cell": cell["key"] if cell else None,
+            "settings": field_values(config, fields),
         }
         figure = run_curves_figure(ctx, run_id, label, final.get("chance"))
         if figure:

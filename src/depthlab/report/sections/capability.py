@@ -4,7 +4,7 @@ click on a cell shows the cell's runs, their curves and their attention maps."""
 from __future__ import annotations
 
 from ...analysis.capability import depth_label
-from ...draw.svg import Cell, esc, fmt, heatmap_svg
+from ...draw.svg import NEAR_CHANCE, Cell, esc, fmt, heatmap_svg
 from ..html import ReportContext, section
 from ._common import accuracy_text, cell_curves_figure, ensure_runs, grids, model_summary
 
@@ -39,8 +39,8 @@ def render(ctx: ReportContext) -> str | None:
     cells_data = ctx.data.setdefault("cells", {})
     parts = ['<p class="legend">Colour: final accuracy, mean over seeds (0 to 1). '
              '<span class="chance">Red tick</span>: chance level on the gauge at the foot of each cell (the bar is '
-             'the accuracy); hatched: not above chance (at most chance + 0.02). Hover a cell for its numbers and '
-             'run ids; click it for its runs, their training curves and attention maps.</p>']
+             f'the accuracy); hatched: not above chance (at most chance + {NEAR_CHANCE:g}). Hover a cell for its '
+             'numbers and run ids; click it for its runs, their training curves and attention maps.</p>']
     for g, grid in enumerate(all_grids):
         rows = [t["label"] for t in grid["tasks"]]
         cols = [depth_label(d) for d in grid["depths"]]

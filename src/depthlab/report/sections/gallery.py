@@ -13,6 +13,7 @@ import base64
 from pathlib import Path
 from typing import Any
 
+from ...bounded import Unreadable, read_file
 from ...captions import CAPTIONS, SEEDS, seed_items
 from ...draw.svg import esc
 from ...store import reproductions
@@ -40,13 +41,18 @@ def _known_presets() -> dict[str, list[str]]:
     return out
 
 
-def _image(path: str) -> str:
+def embedded_png(path: str) -> str:
+    """The PNG at ``path`` embedded in the page (a `data:` image), read bounded (``depthlab.bounded``): a missing
+    file, one past MAX_EMBEDDED_BYTES, or something else in its place (a device, a FIFO, a folder) is named
+    instead."""
     file = Path(path)
-    if not file.is_file():
+    if not file.exists() and not file.is_symlink():
         return f'<p class="muted">missing file <code>{esc(path)}</code> (moved or deleted since it was drawn)</p>'
-    if file.stat().st_size > MAX_EMBEDDED_BYTES:
-        return f'<p class="muted">not embedded (over 8 MB): <code>{esc(path)}</code></p>'
-    data = base64.b64encode(file.read_bytes()).decode("ascii")
+    try:
+        content = read_file(file, MAX_EMBEDDED_BYTES, "figure")
+    except Unreadable as e:
+        return f'<p class="muted">not embedded: {esc(e.detail)}</p>'
+    data = base64.b64encode(content).decode("ascii")
     return (f'<figure class="gallery-png"><img src="data:image/png;base64,{data}" alt="{esc(file.name)}">'
             f"<figcaption><code>{esc(file.name)}</code></figcaption></figure>")
 
@@ -65,7 +71,7 @@ def _card(entry: dict[str, Any], seed: str) -> str:
     facts = (f'<p class="legend">Drawn by <code>{esc(entry.get("command", ""))}</code> '
              f'({esc(entry.get("finished", "?"))}, {esc(entry.get("seconds", "?"))} s'
              f'{f", {len(runs)} runs" if runs else ""}).{changed}{drawn} Scale: {esc(entry.get("note", ""))}</p>')
-    images = "".join(_image(p) for p in entry.get("files", [])) or '<p class="muted">no figure file recorded</p>'
+    images = "".join(embedded_png(p) for p in entry.get("files", [])) or '<p class="muted">no figure file recorded</p>'
     title = f'{", ".join(CAPTIONS[k].label for k in keys)} — {entry["preset"]} ({entry["scale"]})'
     return (f'<article class="gallery-item" id="{esc(anchor(entry))}" data-preset="{esc(entry["preset"])}" '
             f'data-scale="{esc(entry["scale"])}"><h3>{esc(title)}</h3><div class="gallery-body">'

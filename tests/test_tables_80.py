@@ -1,0 +1,72 @@
+"""Tables that fit 80 columns when piped (issue 31): rich renders at 80 columns under ``| cat``; no line may be
+wider and no number may be split over two lines (a name or a header may wrap). Seed 004's tables, from rows of
+the widths a real run gives (no training)."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from depthlab.cli.common import rich_table
+from depthlab.induction.hypotheses import CapacityRow, capacity_table
+from depthlab.induction.tables import RUN_MEASURES, runs_table
+
+FAMILIES = ("seed 001 one-hot (softmax)", "GPT-style attention-only, d_model 64, 2 heads")
+
+
+def rendered(table) -> list[str]:
+    out = io.StringIO()
+    Console(file=out, width=80, color_system=None).print(rich_table(table))
+    return out.getvalue().splitlines()
+
+
+def numbers_whole(lines: list[str], cells: list[str]) -> bool:
+    """Every cell of ``cells`` on some line in one piece."""
+    return all(any(cell in line for line in lines) for cell in cells)
+
+
+def test_the_seed004_induction_table_fits_80_columns_with_every_number_whole():
+    rows = [{"model": family, "layers": layers, "accuracy": 0.997 - layers / 10, "mean_strength": -14.87 * layers,
+             "median_strength": 18.52 * layers, "a_power_mean": 24.03, "b_power_mean": 23.98,
+             "power_correlation": -0.18 if layers == 1 else None, "bleeding_rank1": 8.8, "bleeding_random": -0.16}
+            for family in FAMILIES for layers in (1, 2)]
+    table = runs_table(rows, "seed 004 induction with finite capacity (seed 004 Results 1 and 2)")
+    lines = rendered(table)
+    assert max(len(line) for line in lines) <= 80
+    for name, _, _ in RUN_MEASURES:  # a measure's row on one line, its every number whole
+        (line,) = [line for line in lines if line.lstrip("│ ").startswith(name)]
+        row = next(r for r in table.rows if r[0] == name)
+        assert all(cell in line for cell in row[1:]), (name, line)
+    assert "—" in next(line for line in lines if "corr(A, B)" in line)  # a missing correlation said, not 0
+    text = " ".join(" ".join(lines).split())
+    assert "GPT-style" in text and "A (B) power: a token's mean strength" in text
+
+
+def test_the_seed004_capacity_table_fits_80_columns_with_every_number_whole():
+    stats = {"accuracy": 0.994, "median_strength": 25.4, "a_power_sd": 0.89, "b_power_sd": 0.95, "strength_b": 23.94,
+             "neighbour_1": 8.8, "random": -0.16}
+    rows = [CapacityRow(f"r{i}", width, width // heads, heads, words, stats)
+            for i, (width, heads, words) in enumerate([(64, 2, 512), (128, 8, 2048), (512, 16, 16384)])]
+    table = capacity_table(rows, "seed 004 hypotheses (seed 004 Hypotheses 1 and 2)")
+    lines = rendered(table)
+    assert max(len(line) for line in lines) <= 80
+    for row in table.rows:
+        assert any(all(cell in line for cell in row) for line in lines), row  # the run's row on one line
+    assert numbers_whole(lines, ["16384", "0.994", "25.40", "-0.16"])
+
+
+def test_a_length_table_of_four_lengths_with_searched_settings_fits_80_columns_and_loses_no_column():
+    """Cells with a search's settings ("0.987 (lr 1e-03)") wrap between words; every column stays on screen."""
+    from depthlab.analysis.lengths import length_table
+
+    labels = {"TF-(1, 64)": "transformer", "LinTF-(2, 64)": "linear_transformer", "LSTM-(1, 128)": "lstm"}
+    rows = [{"task_label": "index_lookup", "label": label, "model": model, "length": n, "accuracy": 0.5 + n / 1000,
+             "seeds": 3, "tried": 2, "settings": {"train.lr": 0.001}, "state_size": 123456, "chance": 1 / 64,
+             "eval_protocol": "fresh strings", "eval_examples": 1000}
+            for label, model in labels.items() for n in (20, 50, 100, 200)]
+    lines = rendered(length_table(rows, "seed 003 index lookup (seed 003 Figure 2)"))
+    assert max(len(line) for line in lines) <= 80
+    text = "\n".join(lines)
+    assert all(text.count(f"{0.5 + n / 1000:.3f}") == 3 for n in (20, 50, 100, 200))  # every accuracy whole
+    assert text.count("0.016") == 3 and "N=200" in text and text.count("123,456") == 3  # the last columns shown
