@@ -56,8 +56,11 @@ def metric_writes():
 
 def run_depthlab(*args: str) -> tuple[int, str, str]:
     """``depthlab ARGS`` in this process through its real entry point (``depthlab.cli.main``, so its error
-    boundary too): (exit code, stdout, stderr)."""
+    boundary too): (exit code, stdout, stderr). The environment is given back as it was, as a process would leave
+    it: what the command sets for the processes it starts (``--memory``'s $DEPTHLAB_MEMORY, ``--plugin``'s
+    $DEPTHLAB_PLUGINS) must not reach the tests that run after it."""
     import io
+    import os
     import sys
     from contextlib import redirect_stderr, redirect_stdout
     from unittest import mock
@@ -65,7 +68,8 @@ def run_depthlab(*args: str) -> tuple[int, str, str]:
     from depthlab.cli import main
 
     out, err = io.StringIO(), io.StringIO()
-    with mock.patch.object(sys, "argv", ["depthlab", *args]), redirect_stdout(out), redirect_stderr(err):
+    with (mock.patch.dict(os.environ), mock.patch.object(sys, "argv", ["depthlab", *args]), redirect_stdout(out),
+          redirect_stderr(err)):
         try:
             main()
             code = 0

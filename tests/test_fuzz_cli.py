@@ -10,9 +10,9 @@ a valid run trains at most a few steps of a tiny model, sizes are checked agains
 of ``llm-bench`` refuses connections and retries do not wait. Two tests are hostile on purpose (issue 32): files
 that are random bytes, YAML nested thousands deep or exploding through aliases, files past the size limits and
 special files (``/dev/zero``, a FIFO, symlinks to them, a folder, a dangling symlink) given as a config, a plugin,
-a circuit, a store's database and a run's checkpoint; and a chat-completions server on 127.0.0.1 answering
-``llm-bench`` with generated statuses, bodies (random bytes, deep JSON, wrong shapes, past the size cap),
-compression headers and trickles. Hypothesis is derandomized: the same cases every run
+a circuit, a store's database and a run's checkpoint (export, attention); and a chat-completions server on
+127.0.0.1 answering ``llm-bench`` with generated statuses, bodies (random bytes, deep JSON, wrong shapes, past the
+size cap), compression headers and trickles. Hypothesis is derandomized: the same cases every run
 (``DEPTHLAB_CLI_FUZZ_EXAMPLES`` changes how many; with it set, they are random).
 """
 
@@ -293,14 +293,14 @@ hostile_bytes = st.one_of(
     run_files,
 )
 SPECIAL = ["/dev/zero", "fifo", "to-zero", "folder", "dangling"]  # special files a path may name
-HOSTILE_USES = ["config", "sweep", "plugin", "circuit", "database", "checkpoint"]
+HOSTILE_USES = ["config", "sweep", "plugin", "circuit", "database", "checkpoint", "attention"]
 
 
 def place(world: Path, content: bytes | str, use: str) -> Path:
     """The hostile file (bytes, or one of SPECIAL) where ``use`` reads it; returns the path to give."""
     cases = world / "cases"
     target = cases / ("hostile.py" if use == "plugin" else "hostile.yaml")
-    if use in ("database", "checkpoint"):
+    if use in ("database", "checkpoint", "attention"):
         store = cases / "hostile-store"
         if store.exists():
             shutil.rmtree(store)
@@ -312,7 +312,7 @@ def place(world: Path, content: bytes | str, use: str) -> Path:
         target.unlink()
     if isinstance(content, bytes):
         target.write_bytes(content)
-    elif content == "/dev/zero" and use not in ("database", "checkpoint"):
+    elif content == "/dev/zero" and use not in ("database", "checkpoint", "attention"):
         return Path("/dev/zero")
     elif content in ("/dev/zero", "to-zero"):
         target.symlink_to("/dev/zero")
@@ -327,12 +327,13 @@ def place(world: Path, content: bytes | str, use: str) -> Path:
 
 def hostile_file_case(use: str, content: bytes | str, json_out: bool) -> tuple[str, bytes | str, list[str]]:
     tail = ["--json"] if json_out else []
-    args = {"config": ["train", "{path}", "--store", "cases/s", *tail],
-            "sweep": ["sweep", "{path}", "--store", "cases/s", "--set", "sweep.seed=[0, 1]", *tail],
+    args = {"config": ["--memory", "1K", "train", "{path}", "--store", "cases/s", *tail],
+            "sweep": ["--memory", "1K", "sweep", "{path}", "--store", "cases/s", "--set", "sweep.seed=[0, 1]", *tail],
             "plugin": ["--plugin", "{path}", "tasks", *tail],
             "circuit": ["analyze", "circuit", TRAINED, "{path}", "--store", "trained", "-n", "8", *tail],
             "database": ["runs", "--store", "cases/hostile-store", *tail],
-            "checkpoint": ["export", TRAINED, "--store", "cases/hostile-store", "--out", "cases/export", *tail]}[use]
+            "checkpoint": ["export", TRAINED, "--store", "cases/hostile-store", "--out", "cases/export", *tail],
+            "attention": ["attention", TRAINED, "--store", "cases/hostile-store", "--out", "cases/a.png", *tail]}[use]
     return use, content, args
 
 
@@ -344,7 +345,9 @@ HOSTILE_FILES = st.builds(hostile_file_case, st.sampled_from(HOSTILE_USES),
 @FUZZ
 def test_hostile_files(sandbox, world, case):
     """Random bytes, deep or exploding YAML, files past the limits and special files as a config, a sweep, a plugin,
-    a circuit, a store's database and a run's checkpoint: one line, exit 0 or 2, nothing read without bound."""
+    a circuit, a store's database and a run's checkpoint (read by export and attention): one line, exit 0 or 2,
+    nothing read without bound. Configs and sweeps run under a 1 KiB memory budget: a file that happens to be a
+    valid run is read, validated and sized, then refused (training is test_training_commands' part)."""
     use, content, template = case
     sandbox()
     path = place(world, content, use)

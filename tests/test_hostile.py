@@ -24,11 +24,14 @@ import yaml
 from safetensors.torch import save
 
 from conftest import run_depthlab
+from depthlab import plugins
 from depthlab.bounded import BoundError, json_depth, parse_yaml, read_file
 from depthlab.config import MAX_GRID_POINTS, apply_overrides, expand_sweep, parse_run
 from depthlab.llm.runners import EndpointError, EndpointRunner, Request
+from depthlab.models import MODELS
 from depthlab.store import Store, StoreError
 from depthlab.sweeps.local import run_local
+from depthlab.tasks import TASKS
 from depthlab.training import checkpoint as ckpt
 from depthlab.training.checkpoint import WEIGHTS, CheckpointError, Owner, layout_of, load_checkpoint, save_checkpoint
 from depthlab.training.claims import hold_runs
@@ -38,6 +41,17 @@ from hostile_http import Answer, HostileServer
 RUN = {"task": {"name": "memorization", "n_words": 4, "length": 2, "n_examples": 8},
        "model": {"name": "attention_only", "layers": 1},
        "train": {"steps": 4, "eval_every": 2, "batch_size": 8, "checkpoint_every": 2}}
+
+
+@pytest.fixture(autouse=True)
+def registries_as_they_were():
+    """The plugin files these tests load register tasks: the registries are given back after each test, so the
+    tests that share this process (``pytest -n 2 --dist loadfile``) see depthlab's own tasks only."""
+    tasks, models, loaded = dict(TASKS), dict(MODELS), dict(plugins.LOADED)
+    yield
+    for registry, before in ((TASKS, tasks), (MODELS, models), (plugins.LOADED, loaded)):
+        registry.clear()
+        registry.update(before)
 
 
 def one_line_exit_2(result: tuple[int, str, str], *needles: str) -> str:
@@ -480,7 +494,9 @@ def test_every_output_path_is_checked_before_any_work(tmp_path, store_copy):
              (["attention", rid(run_config(0)), "--out", "/dev/null", "--store", str(store_copy)],
               "/dev/null is a character device"),
              (["attention", rid(run_config(0)), "--out", "a.exe", "--store", str(store_copy)],
-              "--out: a.exe must end in .png, .svg, .pdf")]
+              "--out: a.exe must end in .png, .svg, .pdf"),
+             (["atlas", "--out", str(tmp_path / "a-file"), "--store", str(tmp_path / "s")],
+              "is a file; give the path of a folder")]
     for args, needle in cases:
         one_line_exit_2(run_depthlab(*args), needle)
     assert not (tmp_path / "s").exists()
@@ -565,9 +581,9 @@ def test_report_figures_are_read_bounded(tmp_path):
     (tmp_path / "ok.png").write_bytes(b"\x89PNG")
     for name, needle in (("zero.png", "is a character device"), ("fifo.png", "is a FIFO"),
                          ("big.png", "more than the 8,000,000 bytes"), ("gone.png", "missing file")):
-        html = gallery._image(str(tmp_path / name))
+        html = gallery.embedded_png(str(tmp_path / name))
         assert needle in html and "base64" not in html, html
-    assert "data:image/png;base64,iVBORw==" in gallery._image(str(tmp_path / "ok.png"))
+    assert "data:image/png;base64,iVBORw==" in gallery.embedded_png(str(tmp_path / "ok.png"))
 
 
 def test_a_torch_state_dict_past_the_memory_budget_is_refused_before_torch_reads_it(tmp_path, monkeypatch):
@@ -597,3 +613,26 @@ def test_a_command_whose_later_group_cannot_fit_trains_nothing(tmp_path, monkeyp
     monkeypatch.setenv("DEPTHLAB_MEMORY", "64M")
     one_line_exit_2(run_depthlab("sweep", str(path), "--store", str(tmp_path / "s")), "memory: a run of memorization")
     assert [r["status"] for r in Store(tmp_path / "s").find_runs()] == []  # the small group did not train first
+
+
+def test_a_command_says_its_size_before_its_first_run(tmp_path, monkeypatch):
+    """On a terminal: how many runs, groups and run-steps, and what the largest group needs, before any training."""
+    import io
+
+    from rich.console import Console
+
+    from depthlab.cli import common
+    from depthlab.memory import format_bytes
+    from depthlab.sweeps import execute
+    from depthlab.training.footprint import footprint
+
+    configs = expand_sweep({**RUN, "model": {"name": "transformer", "layers": 1}, "sweep": {"model.width": [8, 64],
+                                                                                            "seed": [0, 1, 2]}})
+    seen = io.StringIO()
+    monkeypatch.setattr(common, "console", Console(file=seen, force_terminal=True, color_system=None, width=200))
+    monkeypatch.setattr(execute, "train_runs", lambda *args: seen.write("\ntraining\n") and {})
+    common.run_sweep(configs, Store(tmp_path / "s"), None, quiet=False, description="sweep")
+    peak = footprint(configs[-1]).total(3)  # the width-64 group of three seeds
+    first, *rest = seen.getvalue().splitlines()
+    assert first == f"6 runs in 2 groups (24 run-steps); the largest group needs about {format_bytes(peak)}", first
+    assert "training" in rest

@@ -1,0 +1,205 @@
+"""Issue 32's hostile cases re-run by hand: each as a real `depthlab` process, its exit code and first stderr line.
+
+    PYTHONPATH=src python benchmarks/hostile_cases.py [WORKDIR]
+
+Every case of the issue (unbounded reads, silently wrong results, someone else's problem reported as depthlab's,
+unclear messages), set up in WORKDIR (default: a temporary folder) with tiny runs: a store with two trained runs
+of one shape, plugin files, a store edited by hand, a chat-completions server on 127.0.0.1 (``tests/hostile_http``).
+Prints each case, its exit code, the first line on stderr (or stdout when stderr is empty) and its wall time
+(mostly importing torch). About 3 minutes of CPU in all (run it through /work/bin/heavy on a shared machine);
+nothing allocates more than a few MB (``DEPTHLAB_MEMORY=off`` with ``model.width: 1e6`` asks the allocator for
+terabytes, which it refuses at once).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from hostile_http import Answer, HostileServer
+
+RUN = {"task": {"name": "memorization", "n_words": 4, "length": 2, "n_examples": 8},
+       "model": {"name": "attention_only", "layers": 1},
+       "train": {"steps": 4, "eval_every": 2, "batch_size": 8, "checkpoint_every": 2}}
+TIMEOUT = 900  # seconds a case may take: most of it is importing torch, 10 to 40 s on a loaded machine
+PLUGIN = Path(__file__).resolve().parents[1] / "tests" / "test_hostile.py"
+
+
+def depthlab(*args: str, env: dict[str, str] | None = None, stdout=subprocess.PIPE, shell: str | None = None,
+             timeout: float = TIMEOUT) -> tuple[int, str]:
+    """Run ``depthlab ARGS`` (or a shell line) as its own process: (exit code, its first line of output)."""
+    environ = {**os.environ, **(env or {})}
+    command = shell if shell is not None else [sys.executable, "-m", "depthlab.cli", *args]
+    started = time.perf_counter()
+    done = subprocess.run(command, env=environ, stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=timeout,
+                          shell=shell is not None)
+    lines = (done.stderr or "").strip().splitlines() or (done.stdout or "").strip().splitlines() or ["(no output)"]
+    return done.returncode, f"{lines[0][:150]}  [{time.perf_counter() - started:.1f} s]"
+
+
+def write(path: Path, content: object) -> Path:
+    path.write_text(content if isinstance(content, str) else yaml.safe_dump(content))
+    return path
+
+
+def run_id(store: Path, seed: int) -> str:
+    with sqlite3.connect(store / "depthlab.sqlite") as conn:
+        return next(r[0] for r in conn.execute("SELECT id, config FROM runs")
+                    if f'"seed": {seed}' in r[1] or (seed == 0 and '"seed"' not in r[1]))
+
+
+def cases(work: Path) -> list[tuple[str, tuple[int, str]]]:
+    out: list[tuple[str, tuple[int, str]]] = []
+
+    def case(name: str, result: tuple[int, str]) -> None:
+        out.append((name, result))
+        print(f"{name}\n    exit {result[0]}: {result[1]}", flush=True)
+
+    trained = work / "trained"
+    write(work / "two.yaml", {**RUN, "sweep": {"seed": [0, 1]}})
+    assert depthlab("sweep", str(work / "two.yaml"), "--store", str(trained))[0] == 0
+    a, b = run_id(trained, 0), run_id(trained, 1)
+
+    def copy(name: str) -> Path:
+        target = work / name
+        shutil.copytree(trained, target)
+        return target
+
+    # unbounded reads
+    zero = copy("zero")
+    (zero / "artifacts" / a / "checkpoint.safetensors").unlink()
+    (zero / "artifacts" / a / "checkpoint.safetensors").symlink_to("/dev/zero")
+    case("export RUN, its checkpoint a symlink to /dev/zero", depthlab("export", a, "--store", str(zero)))
+    case("train /dev/zero", depthlab("train", "/dev/zero", "--store", str(work / "s0")))
+    grid = {**RUN, "sweep": {"seed": list(range(100)), "train.lr": [0.001 * i for i in range(1, 101)],
+                             "train.steps": list(range(1, 101)), "train.batch_size": list(range(1, 101))}}
+    case("sweep of 4 keys x 100 values", depthlab("sweep", str(write(work / "grid.yaml", grid)), "--store",
+                                                  str(work / "s0")))
+    with HostileServer() as server:
+        bench = ["llm-bench", "--endpoint", server.url, "--model-name", "m", "--formulation", "functions", "-n", "1",
+                 "--max-tries", "1", "--retries", "0"]
+        server.answer = Answer(chunks=[b"[" * 200_000])
+        case("endpoint answers 200,000 nested [", depthlab(*bench, "--store", str(work / "llm1")))
+        server.answer = Answer(chunks=[b" "] * 40, pause=0.5)
+        case("endpoint trickles 40 bytes over 20 s, --timeout 1 --retries 0",
+             depthlab(*bench, "--timeout", "1", "--store", str(work / "llm2")))
+
+    # silently wrong
+    swapped = copy("swapped")
+    for name in ("checkpoint.safetensors", "checkpoint.json"):
+        shutil.copy(swapped / "artifacts" / b / name, swapped / "artifacts" / a / name)
+    with sqlite3.connect(swapped / "depthlab.sqlite") as conn:
+        conn.execute("UPDATE runs SET status = 'interrupted' WHERE id = ?", (a,))
+    case("run B's checkpoint in run A's folder, A interrupted, sweep", depthlab("sweep", str(work / "two.yaml"),
+                                                                               "--store", str(swapped)))
+    layers = write(work / "layers.yaml", {**RUN, "sweep": {"model.layers": [1, 2]}})
+    case("sweep (sweeps model.layers) --set model.layers=abc",
+         depthlab("sweep", str(layers), "--set", "model.layers=abc", "--store", str(work / "s1")))
+    case("reproduce seed001-depth --set model.layers=abc", depthlab("reproduce", "seed001-depth", "--set",
+                                                                    "model.layers=abc", "--store", str(work / "s1")))
+    empty = work / "empty"
+    (empty / "artifacts").mkdir(parents=True)
+    (empty / "depthlab.sqlite").write_bytes(b"")
+    result = depthlab("runs", "--store", str(empty))
+    case(f"a zero-byte depthlab.sqlite, runs (file still {(empty / 'depthlab.sqlite').stat().st_size} bytes)", result)
+    negative = copy("negative")
+    with sqlite3.connect(negative / "depthlab.sqlite") as conn:
+        conn.execute("PRAGMA user_version = -5")
+    case("PRAGMA user_version = -5, runs", depthlab("runs", "--store", str(negative)))
+
+    # someone else's problem
+    bodies = {"target-99": "x, y = rng.integers(0, 4, (n, 3)), np.full(n, 99)",
+              "target-minus-1": "x, y = rng.integers(0, 4, (n, 3)), np.full(n, -1)",
+              "width": "x, y = rng.integers(0, 4, (n, 4)), rng.integers(0, 4, n)",
+              "empty-vocab": "x, y = rng.integers(0, 4, (n, 3)), rng.integers(0, 4, n)",
+              "raises": "raise RuntimeError('boom')"}
+    template = PLUGIN.read_text().split("PLUGIN = '''")[1].split("'''")[0]
+    for kind, body in bodies.items():
+        slug = kind.replace("-", "_")
+        plugin = write(work / f"plugin_{slug}.py", template.format(kind=kind, body=body))
+        config = write(work / f"plugin_{slug}.yaml", {**RUN, "task": {"name": f"hostile_{kind}"}})
+        case(f"plugin task, sample: {kind}", depthlab("--plugin", str(plugin), "train", str(config), "--store",
+                                                       str(work / "s2")))
+    exits = write(work / "exits.py", "import os\nos._exit(0)\n")
+    case("plugin calling os._exit(0)", depthlab("--plugin", str(exits), "tasks"))
+    chatty = write(work / "chatty.py", "print('hello')" + template.format(kind="ok", body=bodies["width"]))
+    done = subprocess.run([sys.executable, "-m", "depthlab.cli", "--plugin", str(chatty), "tasks", "--json"],
+                          capture_output=True, text=True, timeout=TIMEOUT)
+    case("plugin printing on import, tasks --json",
+         (done.returncode, f"{len(done.stdout.strip().splitlines())} line on stdout; stderr: {done.stderr.strip()!r}"))
+    for sql, what in (("DROP TABLE metrics", "table dropped"),
+                      ("UPDATE runs SET config = '{not json' WHERE id = '{a}'", "config='{not json'"),
+                      ("UPDATE runs SET final = '[1,2' WHERE id = '{a}'", "final='[1,2'"),
+                      ("UPDATE metrics SET value = 'abc' WHERE run_id = '{a}'", "text in metrics.value")):
+        damaged = copy(f"damaged-{len(out)}")
+        with sqlite3.connect(damaged / "depthlab.sqlite") as conn:
+            conn.execute(sql.replace("{a}", a))
+        command = ["metrics", "--json"] if "metrics" in sql else ["runs", "--json"]
+        case(f"store edited by hand ({what}), {' '.join(command)}", depthlab(*command, "--store", str(damaged)))
+    wide = write(work / "wide.yaml", {**RUN, "model": {"name": "transformer", "layers": 1, "width": int(1e11)}})
+    case("model.width: 1e11", depthlab("train", str(wide), "--store", str(work / "s3")))
+    million = write(work / "million.yaml", {**RUN, "model": {"name": "transformer", "layers": 1, "width": 10**6}})
+    case("DEPTHLAB_MEMORY=off, width 1e6", depthlab("train", str(million), "--store", str(work / "s3"),
+                                                    env={"DEPTHLAB_MEMORY": "off"}))
+    seed = write(work / "seed.yaml", yaml.safe_dump(RUN) + "seed: " + "9" * 5000 + "\n")
+    case("a 5,000-digit seed", depthlab("train", str(seed), "--store", str(work / "s3")))
+    case("--endpoint 'http://[::1'", depthlab("llm-bench", "--endpoint", "http://[::1", "--model-name", "m"))
+    case("runs --json > /dev/full", depthlab(shell=f"{sys.executable} -m depthlab.cli runs --json --store {trained} "
+                                                   f"> /dev/full"))
+    case("tasks with stdout closed", depthlab(shell=f"{sys.executable} -m depthlab.cli tasks >&-"))
+    case("capability memorization --figure out.exe", depthlab("capability", "memorization", "--figure", "out.exe",
+                                                              "--store", str(work / "s4")))
+
+    # unclear messages
+    case("--set task.=3", depthlab("train", str(write(work / "run.yaml", RUN)), "--set", "task.=3", "--store",
+                                   str(work / "s5")))
+    write(work / "afile", "x")
+    case("DEPTHLAB_STORE=afile (a file), runs", depthlab("runs", env={"DEPTHLAB_STORE": str(work / "afile")}))
+    dangling = work / "dangling"
+    dangling.mkdir()
+    (dangling / "artifacts").symlink_to(work / "nowhere")
+    case("a store whose artifacts/ is a dangling symlink, train", depthlab("train", str(work / "run.yaml"), "--store",
+                                                                           str(dangling)))
+    case("--store a file, train", depthlab("train", str(work / "run.yaml"), "--store", str(work / "afile")))
+    race = write(work / "race.yaml", {**RUN, "train": {**RUN["train"], "steps": 200}, "sweep": {"seed": [0, 1, 2]}})
+    command = [sys.executable, "-m", "depthlab.cli", "sweep", str(race), "--group-size", "1", "--store",
+               str(work / "race"), "--json"]
+    first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    second = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT)
+    first.communicate(timeout=TIMEOUT)
+    with sqlite3.connect(work / "race" / "depthlab.sqlite") as conn:
+        statuses = sorted(r[0] for r in conn.execute("SELECT status FROM runs"))
+    case("two sweep --group-size 1 into one store at once",
+         (max(first.returncode, second.returncode), f"exits {first.returncode} and {second.returncode}; runs "
+                                                    f"{', '.join(statuses)}; stderr: {second.stderr.strip()[:60]!r}"))
+    evil = work / "evil"
+    evil.mkdir()
+    write(evil / "config.json", '{"n_layers": 1, "d_model": 8, "n_ctx": 8, "d_head": 4, "n_heads": 2, '
+                                '"d_vocab": 10, "act_fn": "relu", "attn_only": true}')
+    subprocess.run([sys.executable, "-c", "import os, torch\nclass E:\n    def __reduce__(self):\n"
+                    "        return (os.system, ('echo pwned',))\n"
+                    f"torch.save({{'w': E()}}, {str(evil / 'model.pth')!r})"], check=True)
+    case("induction --model FOLDER holding a pickle that runs code", depthlab("induction", "--model", str(evil)))
+    nomodel = write(work / "nomodel.yaml", {k: v for k, v in RUN.items() if k != "model"})
+    case("train nomodel.yaml --set model.layers=2", depthlab("train", str(nomodel), "--set", "model.layers=2",
+                                                             "--store", str(work / "s6"), "--json"))
+    return out
+
+
+def main() -> None:
+    work = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp(prefix="hostile-"))
+    work.mkdir(parents=True, exist_ok=True)
+    cases(work)
+
+
+if __name__ == "__main__":
+    main()
