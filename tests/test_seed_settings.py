@@ -52,7 +52,8 @@ def test_the_table_lists_every_difference_with_its_reason_and_seed_set():
     assert "| seed001-attention, seed001-depth, seed001-heads, seed001-min-depth, seed001-template-attention | " \
            "optimizer | sgd (seed 001 §9.1) | adamw |" in table
     assert "`--set train.optimizer=sgd` `--set train.lr=0.05` `--set train.grad_clip=1.0`" in table
-    assert "| seed001-depth, seed001-heads, seed001-min-depth | initialisation (task=ictm) |" in table
+    assert "| seed001-depth, seed001-min-depth | initialisation (task=ictm) |" in table
+    assert "| seed001-heads | initialisation (4 layers) (task=ictm, layers=4) |" in table  # paper-first-stream
     assert "`--set model.init=paper`" in table
     assert "| sequences to memorize | e (no number) (seed 001 §9.1) | 1000 |" in table
     for line in table.splitlines()[2:]:
