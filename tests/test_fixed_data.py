@@ -4,8 +4,6 @@ of configs without it are unchanged."""
 
 from __future__ import annotations
 
-import shutil
-
 import numpy as np
 import pytest
 
@@ -80,19 +78,22 @@ def test_the_engine_trains_on_a_fixed_set(tmp_path, one_thread):
 
 
 def test_a_run_resumed_from_its_checkpoint_ends_as_the_uninterrupted_one(tmp_path, one_thread, small_chunks):
-    def config(steps: int):
-        return parse_run({"task": {"name": "icqa", "k": 2, "n_q": 4, "n_a": 4},
-                          "model": {"name": "attention_only", "layers": 2},
-                          "train": {"optimizer": "adamw", "lr": 0.003, "steps": steps, "batch_size": 8,
-                                    "train_examples": 48, "eval_every": 5, "eval_examples": 64,
-                                    "checkpoint_every": 5}, "seed": 1})
+    whole = parse_run({"task": {"name": "icqa", "k": 2, "n_q": 4, "n_a": 4},
+                       "model": {"name": "attention_only", "layers": 2},
+                       "train": {"optimizer": "adamw", "lr": 0.003, "steps": 15, "batch_size": 8,
+                                 "train_examples": 48, "eval_every": 5, "eval_examples": 64,
+                                 "checkpoint_every": 7}, "seed": 1})
+    # 15 batches of a 6-batch set in chunks of 2 (into the third epoch); the run crashes in step 9 and resumes
+    # from its checkpoint at step 7: mid-chunk and mid-epoch (a checkpoint is bound to its run: no other run's)
+    run_id = Store.run_id(whole.to_dict())
+    full = train_group([whole], Store(tmp_path / "a"))[run_id]
+    store, steps = Store(tmp_path / "b"), []
 
-    whole, partial = config(15), config(7)  # 15 batches of a 6-batch set in chunks of 2 (into the third epoch);
-    # the partial run stops mid-chunk and mid-epoch, its final checkpoint at step 7, which the whole run resumes from
-    ids = {c.train.steps: Store.run_id(c.to_dict()) for c in (whole, partial)}
-    full = train_group([whole], Store(tmp_path / "a"))[ids[15]]
-    store = Store(tmp_path / "b")
-    train_group([partial], store)
-    folder = {steps: store.artifact_path(run_id, "checkpoint", "x").parent for steps, run_id in ids.items()}
-    shutil.copytree(folder[7], folder[15], dirs_exist_ok=True)
-    assert train_group([whole], store)[ids[15]]["loss"] == pytest.approx(full["loss"], rel=1e-6)
+    def crash_in_step_9(n):
+        steps.append(n)
+        if len(steps) == 9:
+            raise RuntimeError("crash")
+
+    with pytest.raises(RuntimeError, match="crash"):
+        train_group([whole], store, progress=crash_in_step_9)
+    assert train_group([whole], store)[run_id]["loss"] == pytest.approx(full["loss"], rel=1e-6)
