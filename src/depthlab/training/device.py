@@ -19,7 +19,6 @@ evaluation and logging run outside it, and a group whose runs change captures ag
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
@@ -123,15 +122,6 @@ def synchronize(device: torch.device) -> None:
     """Wait for the work queued on ``device`` (a GPU runs asynchronously; timings need this)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-def release_memory(device: torch.device) -> None:
-    """Give back what finished groups left on ``device``: their reference cycles collected (a captured CUDA graph
-    holds its group through its closures) and the allocator's cached blocks returned. Between the benchmark's
-    cases on an H100, without this, the 256-run retrieval case ran out of memory under the profiler."""
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
 
 
 def free_memory(device: torch.device) -> int | None:

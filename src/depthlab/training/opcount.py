@@ -27,14 +27,7 @@ import torch
 from torch.profiler import profile
 
 from ..store import Store
-from .device import (
-    GRAPH_WARMUP_STEPS,
-    is_device_event,
-    profiler_activities,
-    release_memory,
-    resolve_device,
-    synchronize,
-)
+from .device import GRAPH_WARMUP_STEPS, is_device_event, profiler_activities, resolve_device, synchronize
 from .engine import Group
 from .throughput import CASES, Case, bench_configs
 
@@ -93,7 +86,6 @@ def count_ops(run_counts: list[int], cases: list[str] | None = None, device: str
     for case in (c for c in CASES if cases is None or c.name in cases):
         for runs in run_counts:
             rows.append(count_case(case, runs, device))
-            release_memory(where)
             if progress:
                 progress(rows[-1])
     return {"device": str(where), "torch": torch.__version__, "cases": rows}

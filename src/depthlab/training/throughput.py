@@ -25,7 +25,7 @@ from ..config import RunConfig, parse_run
 from ..models import TaskShapes, build_model
 from ..store import Store
 from .data import DataStream
-from .device import CPU, autocast, prepare, release_memory, resolve_device, synchronize, to_device
+from .device import CPU, autocast, prepare, resolve_device, synchronize, to_device
 from .engine import Group
 from .objectives import per_run_loss
 
@@ -179,7 +179,6 @@ def run_benchmark(run_counts: list[int], cases: list[str] | None = None, min_sec
             plain_rates.append(plain_loop(base, min_seconds))
             for runs in run_counts:
                 measured[runs].append(engine(bench_configs(case, runs, precision, device), min_seconds))
-                release_memory(where)
         plain = statistics.median(plain_rates)
         for runs in run_counts:
             rate = statistics.median(r for r, _ in measured[runs])
