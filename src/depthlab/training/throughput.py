@@ -58,11 +58,12 @@ CASES = [
 
 
 def peak_gflops(dtype: torch.dtype, device: torch.device = CPU, size: int = 2048, repeats: int = 5,
-                budget: float = 0.25) -> float:
+                budget: float = 1.0) -> float:
     """The measured matrix-product rate at ``dtype`` (fp32 on CUDA: TF32, as training uses it): the median of
-    ``repeats`` products of ``size`` × ``size`` matrices, or of the largest size from 256 up whose warm-up product
-    took under ``budget`` seconds (a CPU without bf16 matrix units, AVX2 only, multiplies bf16 through a slow
-    fallback: about 0.5 GFLOP/s, half a minute for one 2048³ product)."""
+    ``repeats`` products of ``size`` × ``size`` matrices, or of the largest size from 256 up whose product is
+    expected to take under ``budget`` seconds (a size is doubled only while 8 times its warm-up product stays under
+    the budget: a CPU without bf16 matrix units, AVX2 only, multiplies bf16 through a slow fallback of about
+    0.5 GFLOP/s, where one 1024³ product takes 3 s and one 2048³ product half a minute)."""
     if device.type != "cpu":
         size *= 4  # a GPU needs larger products to be busy (and has no slow fallback: no budget there)
     n = min(256, size) if device.type == "cpu" else size
@@ -72,7 +73,7 @@ def peak_gflops(dtype: torch.dtype, device: torch.device = CPU, size: int = 2048
         start = time.perf_counter()
         a @ b  # warm-up
         synchronize(device)
-        if n >= size or time.perf_counter() - start > budget:
+        if n >= size or 8 * (time.perf_counter() - start) > budget:  # the next size costs 8 times this one
             break
         n *= 2
     times = []
