@@ -17,6 +17,19 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
+def crash_at_step(n: int) -> Callable[[int], None]:
+    """A ``progress`` callback for ``train_group`` that raises ``RuntimeError("crash")`` at the n-th step: a crash
+    in the middle of training, after the checkpoints the run wrote before it."""
+    steps: list[int] = []
+
+    def progress(step: int) -> None:
+        steps.append(step)
+        if len(steps) == n:
+            raise RuntimeError("crash")
+
+    return progress
+
+
 def record_metric_writes(root: Path) -> Callable[[], list[tuple[str, int, str, str, float]]]:
     """Record every row written into the metrics table of the store at ``root`` from now on, by any process.
 

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from conftest import crash_at_step
 from depthlab.config import parse_run
 from depthlab.store import Store
 from depthlab.sweeps.local import plan_groups, run_local
@@ -74,15 +75,8 @@ def test_resume_from_checkpoint_continues_exactly(tmp_path):
     # Stop the same run in step 41 (after its checkpoint at 40), then resume it to 60. (A checkpoint of another
     # run, even one with the same stream, is refused: it belongs to that run.)
     store = Store(tmp_path / "b")
-    steps = []
-
-    def crash_in_step_41(n):
-        steps.append(n)
-        if len(steps) == 41:
-            raise RuntimeError("crash")
-
     with pytest.raises(RuntimeError, match="crash"):
-        train_group([whole], store, progress=crash_in_step_41)
+        train_group([whole], store, progress=crash_at_step(41))
     assert store.get_run(Store.run_id(whole.to_dict()))["step"] == 41
     resumed = train_group([whole], store)[Store.run_id(whole.to_dict())]
     assert resumed["loss"] == pytest.approx(full["loss"], rel=1e-5)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from conftest import crash_at_step
 from depthlab.config import parse_run
 from depthlab.errors import UserError
 from depthlab.store import Store
@@ -87,13 +88,8 @@ def test_a_run_resumed_from_its_checkpoint_ends_as_the_uninterrupted_one(tmp_pat
     # from its checkpoint at step 7: mid-chunk and mid-epoch (a checkpoint is bound to its run: no other run's)
     run_id = Store.run_id(whole.to_dict())
     full = train_group([whole], Store(tmp_path / "a"))[run_id]
-    store, steps = Store(tmp_path / "b"), []
-
-    def crash_in_step_9(n):
-        steps.append(n)
-        if len(steps) == 9:
-            raise RuntimeError("crash")
+    store = Store(tmp_path / "b")
 
     with pytest.raises(RuntimeError, match="crash"):
-        train_group([whole], store, progress=crash_in_step_9)
+        train_group([whole], store, progress=crash_at_step(9))
     assert train_group([whole], store)[run_id]["loss"] == pytest.approx(full["loss"], rel=1e-6)
