@@ -63,6 +63,15 @@ def same_results(got: dict, want: dict) -> None:
         assert got[run_id]["accuracy"] == pytest.approx(final["accuracy"], abs=1e-9)
 
 
+def _niceness() -> int:
+    return os.nice(0)
+
+
+def test_a_local_instance_trains_at_the_commands_priority(local_ray):
+    """Ray's default worker niceness (15) would let any busy program on the machine starve a local sweep."""
+    assert ray.get(ray.remote(_niceness).remote()) == os.nice(0)
+
+
 def test_ray_sweep_equals_local_sweep(local_ray, reference, tmp_path):
     want, ref_store = reference
     store = Store(tmp_path)
