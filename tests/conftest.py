@@ -1,5 +1,6 @@
 """Shared fixtures."""
 
+import os
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -7,14 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 
-
-@pytest.fixture
-def one_thread():
-    """Run a test with one torch thread (small float64 models: threads only add overhead), then restore."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# `make test` is pytest -n 2 on 2 cores: one torch thread in each test process and in each process a test starts
+# (the commands' setup_threads honours OMP_NUM_THREADS). At two threads each, four share two cores and a tiny
+# model's ops spin-wait for each other: a 300-step test took 21 s at two threads, 5 s at one, beside two busy
+# processes. Tests that are about threads set them themselves.
+os.environ["OMP_NUM_THREADS"] = "1"
+torch.set_num_threads(1)
 
 
 def crash_at_step(n: int) -> Callable[[int], None]:

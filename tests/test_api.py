@@ -43,8 +43,8 @@ def store_root(tmp_path_factory) -> Path:
 def fresh(code: str, cwd: Path) -> object:
     """Run ``code`` in a new interpreter (only depthlab imported before it); return what it prints as JSON."""
     script = "import json, depthlab\n" + textwrap.dedent(code)
-    # the depthlab this test imported, wherever the interpreter runs; one thread for these tiny models
-    env = {**os.environ, "OMP_NUM_THREADS": "1",
+    # the depthlab this test imported, wherever the interpreter runs
+    env = {**os.environ,
            "PYTHONPATH": os.pathsep.join([str(Path(depthlab.__file__).parents[1]), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=cwd, env=env,
                           timeout=300)

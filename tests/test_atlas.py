@@ -21,8 +21,6 @@ from depthlab.sweeps.climb import plan, stop_accuracy
 from depthlab.sweeps.presets import load_preset
 from depthlab.tasks import TASKS
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 TINY = """
 families:
   attention_only: {recipe: seed001-depth}

@@ -9,7 +9,6 @@ from importlib.metadata import EntryPoint
 from pathlib import Path
 
 import pytest
-import torch
 import yaml
 from typer.testing import CliRunner
 
@@ -72,15 +71,6 @@ class NoiseBits(_Bits):
 # softmax attention: with ReLU attention a third of the seeds stayed at 0.5 on first_bit in 150-300 steps
 FAST = ["--set", "train.steps=150", "--set", "train.eval_every=50", "--set", "train.warmup_steps=20",
         "--set", "train.lr=0.03", "--set", "train.eval_examples=512", "--set", "model.attention=softmax"]
-
-
-@pytest.fixture(autouse=True)
-def one_thread(monkeypatch):
-    """Tiny models train fastest on one thread (and the test machine is shared)."""
-    threads = torch.get_num_threads()
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the commands' setup_threads honours it
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture

@@ -85,12 +85,21 @@ def test_train_json_with_set_override(tmp_path, sweep_file):
     (["reproduce", "nope"], "reproduce: unknown preset"),
     (["reproduce", "seed001-depth", "--scale", "huge"], "--scale"),
 ])
-def test_user_errors_are_one_line_exit_2(args, needle):
-    result = cli(*args)
-    assert result.returncode == 2, result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in result.stderr
+def test_user_errors_are_one_line_exit_2(args, needle, depthlab_main):
+    """Through the real entry point in this process (a subprocess per case cost 4 s of start-up each); the test
+    below runs the same boundary as a user's process."""
+    code, _, err = depthlab_main(*args)
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err
     assert needle in lines[0]
+
+
+def test_a_user_error_in_a_real_process_is_one_line_exit_2():
+    result = cli("sample", "icqa", "--set", "k=9")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()] and "Traceback" not in result.stderr
+    assert "task: k must be at most n_q" in result.stderr and result.stdout == ""
 
 
 @pytest.mark.parametrize("content,needle", [
@@ -111,7 +120,7 @@ def test_user_errors_are_one_line_exit_2(args, needle):
 ])
 def test_bad_config_files(tmp_path, content, needle, depthlab_main):
     """Through the real entry point in this process (its error boundary included; a subprocess per case cost 4 s
-    of start-up each): the user-error tests above run the same boundary in a subprocess."""
+    of start-up each): `test_a_user_error_in_a_real_process_is_one_line_exit_2` runs it in a subprocess."""
     path = tmp_path / "bad.yaml"
     path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content)
     code, _, err = depthlab_main("train", str(path), "--store", str(tmp_path / "s"))
@@ -120,10 +129,10 @@ def test_bad_config_files(tmp_path, content, needle, depthlab_main):
     assert needle in err
 
 
-def test_missing_config_file_and_bad_set(tmp_path):
-    assert "cannot read" in cli("train", str(tmp_path / "missing.yaml")).stderr
-    result = cli("sample", "icqa", "--set", "k")
-    assert result.returncode == 2 and "expected field=value" in result.stderr
+def test_missing_config_file_and_bad_set(tmp_path, depthlab_main):
+    assert "cannot read" in depthlab_main("train", str(tmp_path / "missing.yaml"))[2]
+    code, _, err = depthlab_main("sample", "icqa", "--set", "k")
+    assert code == 2 and "expected field=value" in err
 
 
 # --- issue 21: one error boundary for every command -------------------------------------------------------------

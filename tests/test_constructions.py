@@ -10,8 +10,6 @@ from depthlab.constructions.registry import EXHAUSTIVE_LIMIT, evaluate, make_tas
 from depthlab.models import TaskShapes, build_model
 from depthlab.models.attention_only import AttentionOnly
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 
 def check(model, task, margin, examples=3000, expect_exhaustive=True):
     """Right on every example, with the smallest logit margin the theorem's proof gives, exactly (the forward pass is

@@ -12,7 +12,6 @@ from depthlab.models.attention_only import AttentionOnlySpec
 FLOAT_TOL = 1e-12  # relative deviation; float64 rounding is ~1e-16
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def shapes(task):

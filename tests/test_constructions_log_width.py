@@ -11,8 +11,6 @@ from depthlab.draw import save
 from depthlab.draw.widths import widths_figure
 from depthlab.report.summaries import widths_summary
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 
 def test_lemma2_vectors():
     v = log_width.nearly_orthogonal(500, 64, seed=1)

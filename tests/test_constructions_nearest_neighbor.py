@@ -14,7 +14,6 @@ from depthlab.training.evaluate import evaluate, read_tensor
 N, D, GAMMA = 4, 16, 0.5  # the task samples this margin readily; certified at k = 88
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

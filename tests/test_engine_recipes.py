@@ -23,8 +23,6 @@ from depthlab.training.engine import train_group
 from depthlab.training.evaluate import read_tensor
 from depthlab.training.objectives import per_run_loss
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 PRESETS = {"optimizer": "adamw", "warmup_steps": 300, "weight_decay": 0.1, "grad_clip": 1.0}
 PAPER = {"optimizer": "sgd", "momentum": 0.9, "weight_decay": 0.01, "grad_clip": 1.0}
 

@@ -17,8 +17,6 @@ from depthlab.store import Store
 from depthlab.training.checkpoint import load_checkpoint, save_checkpoint
 from depthlab.training.engine import train_group
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 
 def config(**train):
     return parse_run({

@@ -181,7 +181,7 @@ except SystemExit:
     pass
 print(matplotlib.get_backend())
 """
-    env = {**os.environ, "MPLBACKEND": "svg", "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "MPLBACKEND": "svg", "PYTHONPATH": str(SRC)}
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
     lines = out.stdout.strip().splitlines()
     assert lines[0] == "svg False" and lines[-1] == "agg", out.stdout[-500:]

@@ -69,7 +69,7 @@ def test_config_field_and_run_ids():
         parse_run({**base, "train": {"batch_size": 8, "train_examples": 60}})
 
 
-def test_the_engine_trains_on_a_fixed_set(tmp_path, one_thread):
+def test_the_engine_trains_on_a_fixed_set(tmp_path):
     config = parse_run({"task": {"name": "icqa", "k": 2, "n_q": 4, "n_a": 4},
                         "model": {"name": "attention_only", "layers": 2},
                         "train": {"optimizer": "adamw", "lr": 0.003, "steps": 12, "batch_size": 8,
@@ -78,7 +78,7 @@ def test_the_engine_trains_on_a_fixed_set(tmp_path, one_thread):
     assert final["steps"] == 12 and np.isfinite(final["loss"])
 
 
-def test_a_run_resumed_from_its_checkpoint_ends_as_the_uninterrupted_one(tmp_path, one_thread, small_chunks):
+def test_a_run_resumed_from_its_checkpoint_ends_as_the_uninterrupted_one(tmp_path, small_chunks):
     whole = parse_run({"task": {"name": "icqa", "k": 2, "n_q": 4, "n_a": 4},
                        "model": {"name": "attention_only", "layers": 2},
                        "train": {"optimizer": "adamw", "lr": 0.003, "steps": 15, "batch_size": 8,

@@ -55,15 +55,6 @@ def tiny_model(folder: Path, texts: list[str], chat_template: str | None = None)
     return folder
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One torch thread: a tiny model gains nothing from more, and a shared CPU punishes spinning threads."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture
 def app() -> typer.Typer:
     from depthlab.cli import app

@@ -18,7 +18,6 @@ def test_quickstart_notebook_runs_and_shows_its_figures(tmp_path, monkeypatch):
     # beside the other test worker. A failing cell raises CellExecutionError and fails the test.
     src = str(Path(depthlab.__file__).parents[1])
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]))
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.delenv("MPLBACKEND", raising=False)
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     NotebookClient(notebook, timeout=300, kernel_name="python3",

@@ -13,8 +13,6 @@ from depthlab.config import parse_run
 from depthlab.errors import UserError
 from depthlab.models import TaskShapes, build_model
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 
 def retrieval_model(positional: str):
     config = parse_run({"task": {"name": "retrieval_vec", "N": 2, "D": 2, "K": 4, "target": "ic"},

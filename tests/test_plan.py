@@ -17,7 +17,6 @@ from depthlab.store import Store
 from depthlab.sweeps import presets
 from depthlab.sweeps.plan import group_seconds, measure
 
-pytestmark = pytest.mark.usefixtures("one_thread")
 runner = CliRunner()
 
 TINY = {
@@ -79,8 +78,7 @@ def test_a_group_costs_its_steps_log_points_and_final_evaluation(tiny):
     assert seconds["evaluation"] == pytest.approx(3 * timing.probe + final)
 
 
-def test_cli_plan_prints_one_json_object(tiny, tmp_path, monkeypatch):
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+def test_cli_plan_prints_one_json_object(tiny, tmp_path):
     result = runner.invoke(app, ["reproduce", "tiny", "--plan", "--json", "--store", str(tmp_path / "s")])
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)

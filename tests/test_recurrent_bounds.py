@@ -46,7 +46,7 @@ def test_theorem_5_is_stated_with_its_constants():
     assert bound("index_lookup", 8192) == 128 * 64 < bound("index_lookup", 8193)
 
 
-def test_certificate_puts_trained_models_beside_the_bound(tmp_path, one_thread):
+def test_certificate_puts_trained_models_beside_the_bound(tmp_path):
     store = Store(tmp_path / "store")
     base = {"task": {"name": "index_lookup", "N": 8, "min_length": 4, "eval_size": 32},
             "train": {"optimizer": "adamw", "lr": 0.003, "steps": 3, "eval_every": 3, "eval_examples": 16,

@@ -47,16 +47,10 @@ KILLS = 4  # one during start-up, three during training
 STARTUP = ("spawned", "database", "runs", "checkpoint")
 
 
-def _one_cpu() -> None:
-    if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
-
-
 def start(sweep_file: Path, store: Path, *extra: str) -> subprocess.Popen:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return subprocess.Popen([sys.executable, "-m", "depthlab.cli", "sweep", str(sweep_file), "--store", str(store),
                              "--group-size", "1", *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env, preexec_fn=_one_cpu)
+                            text=True)
 
 
 def finish(sweep_file: Path, store: Path) -> dict:

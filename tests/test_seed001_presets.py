@@ -17,7 +17,6 @@ from depthlab.report.summaries import attention_summary, heads_summary, min_dept
 from depthlab.store import Store
 from depthlab.sweeps.presets import load_preset
 
-pytestmark = pytest.mark.usefixtures("one_thread")
 FEW = ["train.steps=6", "train.eval_every=3", "train.eval_examples=64", "train.warmup_steps=0"]
 
 

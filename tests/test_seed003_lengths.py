@@ -3,7 +3,6 @@
 import json
 
 import pytest
-import torch
 
 from depthlab.analysis.lengths import best_per_family, length_rows, state_size
 from depthlab.config import parse_run
@@ -28,14 +27,9 @@ def config(model, n=4, steps=300):
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        store = Store(tmp_path_factory.mktemp("seed003"))
-        configs = [config(m) for m in FAMILIES] + [config(FAMILIES[-1], n=2, steps=100)]
-        results = run_local(configs, store)
-    finally:
-        torch.set_num_threads(threads)
+    store = Store(tmp_path_factory.mktemp("seed003"))
+    configs = [config(m) for m in FAMILIES] + [config(FAMILIES[-1], n=2, steps=100)]
+    results = run_local(configs, store)
     return store, [Store.run_id(c.to_dict()) for c in configs], results
 
 

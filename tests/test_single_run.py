@@ -135,7 +135,6 @@ def test_load_model_at_a_kept_step(trained):
         store.load_model(run_id, step=15)
 
 
-@pytest.mark.usefixtures("one_thread")
 def test_a_loaded_model_takes_gradients_and_trains_on(trained):
     store, results, _ = trained
     model = store.load_model(results[0].id)

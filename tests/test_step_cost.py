@@ -24,8 +24,6 @@ from depthlab.store import Store
 from depthlab.training.engine import train_group
 from depthlab.training.throughput import CASES
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 ATTENTION_ONLY = {"task": {"name": "icqa", "k": 2, "n_q": 4, "n_a": 4},
                   "model": {"name": "attention_only", "layers": 2, "heads": 1, "init": "random"},
                   "train": {"optimizer": "sgd", "lr": 0.01, "batch_size": 16}}  # icqa-quick's model, tiny task

@@ -17,7 +17,6 @@ from depthlab.store import Store
 from depthlab.sweeps.presets import load_preset
 from depthlab.tasks import TASKS
 
-pytestmark = pytest.mark.usefixtures("one_thread")
 FEW = ["train.steps=6", "train.eval_every=3", "train.eval_examples=64", "train.warmup_steps=0"]
 
 

@@ -27,8 +27,6 @@ from transformer_lens.FactoredMatrix import FactoredMatrix as TLFactoredMatrix
 
 from depthlab.induction import tl
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 TASK = {"name": "icqa", "k": 2, "n_q": 4, "n_a": 4}
 MODELS = {
     "transformer": {"name": "transformer", "layers": 2, "heads": 2, "width": 16, "mlp": True},

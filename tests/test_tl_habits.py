@@ -13,8 +13,6 @@ import depthlab
 from depthlab.models import MODELS, SingleRunModel, TaskShapes, build_model
 from depthlab.models.tokens import Vocabulary
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # tiny float64 models: threads only add overhead
-
 ICQA = depthlab.task("icqa", k=2, n_q=4, n_a=4)  # 8 positions (a → 1 b → 2 a →), 9 tokens
 N, WIDTH = ICQA.seq_len, ICQA.vocab_size + ICQA.seq_len  # seed 001's d' = d + n
 MODELS_ON_ICQA = {
