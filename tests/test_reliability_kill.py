@@ -8,8 +8,8 @@ equal an uninterrupted sweep's. The kill moments come from a seeded generator (t
 DEPTHLAB_KILL_SEED to replay one) and the sweep's observed progress (its checkpoints and finished runs), never from
 the wall clock, so a slow or loaded machine kills at the same points of the work as a fast one.
 
-The sweep processes are pinned to one CPU (``taskset``-like affinity), so they use one torch thread, as
-the uninterrupted reference does.
+The sweep processes use one torch thread (conftest sets OMP_NUM_THREADS=1, which the commands honour), as the
+uninterrupted reference does.
 """
 
 from __future__ import annotations
