@@ -70,3 +70,23 @@ def test_a_length_table_of_four_lengths_with_searched_settings_fits_80_columns_a
     text = "\n".join(lines)
     assert all(text.count(f"{0.5 + n / 1000:.3f}") == 3 for n in (20, 50, 100, 200))  # every accuracy whole
     assert text.count("0.016") == 3 and "N=200" in text and text.count("123,456") == 3  # the last columns shown
+
+
+def test_a_minimum_depth_table_of_four_depths_fits_80_columns_with_names_and_numbers_whole():
+    """seed002-min-depth's table: six values of D, four depths, the bound beside each row."""
+    from depthlab.analysis.capability import min_depth_table, with_retrieval_bound
+    from depthlab.sweeps.climb import CellResult
+
+    cells = [CellResult("retrieval", None, "task.D", d, 4, 0.95, chance=0.5,
+                        eval_protocol="exhaustive dataset when small, else a fresh sample",
+                        accuracies={layers: [0.289 + d / 100, 0.5, 0.501] for layers in range(1, 5)},
+                        min_layers=2 if d == 1 else None) for d in range(1, 7)]
+    table = min_depth_table(with_retrieval_bound(cells), "seed 002 minimum depth of retrieval (seed 002 Theorem 1)")
+    lines = rendered(table)
+    assert max(len(line) for line in lines) <= 80
+    for d in range(1, 7):  # the row's name, verdict and bound on one line; every accuracy whole
+        (line,) = [line for line in lines if f"retrieval, D={d} " in line]
+        assert line.split()[2:4] == ["2" if d == 1 else ">4", str(with_retrieval_bound(cells)[d - 1].expected)]
+    means = [f"{(0.289 + d / 100 + 0.5 + 0.501) / 3:.3f}" for d in range(1, 7)]
+    assert numbers_whole(lines, [*means, "(0/3)"])
+    assert "min layers >L: not reached up to L" in " ".join(" ".join(lines).split())

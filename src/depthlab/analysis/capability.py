@@ -9,7 +9,7 @@ seed. Reads only the store.
 one width) when a strict majority of its seeds end with an accuracy of at least ``target`` on the task's
 evaluation data (``eval_protocol``: held-out examples where the task has them, the exhaustive dataset or a fixed
 fresh sample otherwise); the rule and the climb that applies it are ``depthlab.sweeps.climb``. The minimum depth is
-the smallest depth that solves it; "not reached up to L" when no depth tried does. A run that diverged or failed
+the smallest depth that solves it; ">L" (not reached up to L) when no depth tried does. A run that diverged or failed
 counts as a seed that did not reach the target. Here: the JSON rows and the table of settled cells, and seed
 002 §5's lower bound.
 """
@@ -223,7 +223,8 @@ def capability_table(rows: list[dict[str, Any]], title: str) -> Table:
 
 
 def verdict(cell: CellResult) -> str:
-    return str(cell.min_layers) if cell.min_layers is not None else f"not reached up to {cell.max_layers}"
+    """The minimum depth, or ``>L`` when no depth up to L reached the target (the table's caption says so)."""
+    return str(cell.min_layers) if cell.min_layers is not None else f">{cell.max_layers}"
 
 
 def mean_accuracy(values: list[float | None]) -> float | None:
@@ -260,12 +261,13 @@ def min_depth_table(cells: list[CellResult], title: str, expected_label: str = "
     target = cells[0].target if cells else 0.0
     protocols = dict.fromkeys(f"{c.task}: {c.eval_protocol}" for c in cells if c.eval_protocol)
     show_expected = any(c.expected is not None for c in cells)
-    columns = [Column("task"), Column("min layers", "right")]
+    columns = [Column("task", no_wrap=True), Column("min layers", "right")]
     if show_expected:
         columns.append(Column(expected_label, "right"))
     columns += [*[Column(depth_label(d), "right") for d in depths], Column("chance", "right")]
+    caption = "per depth: mean accuracy over seeds (seeds at the target); min layers >L: not reached up to L"
     table = Table(columns, title=f"minimum depth — {title} (target {target:g}, strict majority of seeds)",
-                  caption="evaluated on " + "; ".join(protocols) if protocols else None)
+                  caption=caption + ("; evaluated on " + "; ".join(protocols) if protocols else ""), compact=True)
     for c in cells:
         cols = [c.label, verdict(c)]
         if show_expected:

@@ -97,7 +97,6 @@ class Group:
         # each run's train loss and hits since its last log point, summed on the device: read at log points only
         self.sums = torch.zeros(len(self.runs), 2, dtype=torch.float64, device=self.device)
         self.loss_sums, self.hit_sums = self.sums.unbind(1)
-        self.ones = torch.ones(len(self.runs), device=self.device)
         self.batches = GroupBatches([run.stream for run in self.runs], self.device)
         self.losses = torch.compile(self.batch_losses, backend=COMPILE_BACKEND) if t.compile else self.batch_losses
         # how the step runs: None = to be replayed as a CUDA graph (device.GraphedStep), else why not (one line)
@@ -125,7 +124,9 @@ class Group:
         """Forward, loss, backward, the optimizer's update and the train metrics' sums, for every run."""
         losses, outputs = self.losses(x, y)
         self.opt.zero_grad()
-        losses.backward(self.ones)  # the gradient of their sum, without the sum
+        # The sum's backward, not losses.backward(ones): an explicit gradient makes autograd import sympy (2 s of
+        # every process's first step) and check its shape symbolically at each step.
+        losses.sum().backward()
         self.opt.step()
         self.tally(losses.detach(), outputs.detach(), y)
 
@@ -233,7 +234,7 @@ class Group:
         index = torch.tensor(keep, dtype=torch.long, device=self.device)
         self.model.select_runs(index)
         self.opt.select_runs(index, list(self.model.parameters()))
-        self.sums, self.ones = self.sums[index], self.ones[index]
+        self.sums = self.sums[index]
         self.loss_sums, self.hit_sums = self.sums.unbind(1)
         self.batches.select_runs(keep)
         self.runs = [self.runs[r] for r in keep]
