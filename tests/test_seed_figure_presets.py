@@ -106,13 +106,19 @@ def _train(store: Store, mappings: list[dict]) -> list[str]:
     return [run_id for m in mappings for run_id in train_group([parse_run(m)], store)]
 
 
-def test_circuits_summary_on_tiny_runs(tmp_path):
+def test_circuits_summary_on_tiny_runs(tmp_path, monkeypatch):
+    from depthlab.report import summaries
+
+    titles, save = [], summaries.save
+    monkeypatch.setattr(summaries, "save",
+                        lambda fig, *a, **k: titles.append(fig._suptitle.get_text()) or save(fig, *a, **k))
     store = Store(tmp_path / "store")
     ids = _train(store, [{"task": {"name": "retrieval_vec", "N": 2, "D": 2},
                           "model": {"name": "transformer", "layers": 2, "heads": 1, "width": 16, "mlp": False},
                           "train": {"optimizer": "adamw", "lr": 0.003, **TINY_TRAIN, "steps": 20}, "seed": s}
                          for s in (0, 1)])
-    summary, (table,) = circuits_summary(store, ids, tmp_path / "c.png", "tiny")
+    summary, (table,) = circuits_summary(store, ids, tmp_path / "c.png", "tiny (seed 002 Figure 5)")
+    assert titles == ["tiny (seed 002 Figure 5)"]  # the preset's title names the seed figure; said once
     assert [r["name"] for r in summary["rows"]] == ["A", "B"]
     assert all(r["layers"] == 2 and r["D"] == 2 and r["intact_loss"] > 0 for r in summary["rows"])
     assert Path(summary["figure"]).exists() and table.row_count >= 2

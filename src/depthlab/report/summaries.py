@@ -156,7 +156,7 @@ def circuits_summary(store: Store, run_ids: list[str], figure: Path, title: str,
     """Seed 002 Figure 5: each run's circuit found by ablation (``accept`` as for :func:`emergence_summary`) and
     validated (transformers A, B, C in run order), a panel each."""
     rows = circuits.circuit_rows(store, run_ids, accept)
-    path = save(circuits_figure(rows, f"{title} (seed 002 Figure 5)"), figure, vector)
+    path = save(circuits_figure(rows, title), figure, vector)
     return {"rows": rows, "figure": str(path)}, [circuits.circuits_table(rows, title)]
 
 
