@@ -231,6 +231,19 @@ def test_nearest_neighbor_labels_follow_the_true_nearest_neighbor_with_margin():
     assert task.read_positions == [2 * k for k in range(10, 20)] and task.input_dim == 8
 
 
+def test_nearest_neighbor_redraws_sequences_that_rule_the_margin_out_and_names_gamma_when_it_is_out_of_reach():
+    """In d = 2 a wide margin is often impossible after the keys (two nearly equal): such a sequence is drawn again
+    whole (it used to end sampling with an internal error); where the margin can never be had, one line names it."""
+    task = TASKS["nearest_neighbor"](N=4, d=2, gamma=0.3)
+    x, _, nearest = task.vectors_and_labels(512, RNG(1))
+    for k in (2, 3):
+        dots = np.einsum("bkd,bd->bk", x[:, :k], x[:, k])
+        order = np.sort(dots, axis=1)
+        assert (order[:, -1] - order[:, -2] >= 0.3).all() and (dots.argmax(1) == nearest[:, k - 2]).all()
+    with pytest.raises(UserError, match=r"^task\.gamma: a margin of 0\.9 is out of reach for N = 16 unit vectors"):
+        TASKS["nearest_neighbor"](N=16, d=2, gamma=0.9).sample(8, RNG(0))
+
+
 def test_mqar_targets_are_the_values_of_the_queried_keys():
     task = TASKS["mqar"](pairs=6, n_keys=10, n_values=7)
     batch = task.sample(500, RNG(10))

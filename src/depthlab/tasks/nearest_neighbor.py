@@ -9,7 +9,9 @@ One example is the whole sequence x_1, y_1, …, x_N, y_N (2N tokens) and the mo
 k > N/2 (before it sees y_k): multi-query, as Appendix G relates it to MQAR. The first N/2 labels are uniform
 bits; each later label is the label of x_k's nearest neighbour among x_1 … x_{k−1} (earlier queries included).
 Vectors are uniform on the unit sphere; a query that would violate the margin γ is drawn again (a loop over
-the N/2 query positions, vectorised over examples).
+the N/2 query positions, vectorised over examples). An example whose earlier vectors leave no query direction with
+the margin (two of them nearly equal, say) is drawn again whole; where that keeps happening the margin is out of
+reach for these N and d, and sampling stops with an error naming ``task.gamma``.
 
 Inputs are vectors (``input_dim`` = d + 2): an x token is [x, 0, 0], a y token [0…0, 1{y = 0}, 1{y = 1}].
 Targets [examples, N/2] (labels 0/1); accuracy is the mean over queries. Read-outs are causal: use causal
@@ -21,9 +23,12 @@ from __future__ import annotations
 import numpy as np
 from pydantic import Field, model_validator
 
+from depthlab.errors import UserError
 from depthlab.tasks.base import Batch, Task, check_split, register
 
-MAX_TRIES = 10_000
+MAX_TRIES = 200  # queries drawn for one position before its examples are drawn again whole (a query misses
+# the margin rarely unless the earlier vectors rule it out: then more tries only cost time)
+MAX_REDRAWS = 20  # examples drawn again whole, in a row, before the margin is called out of reach
 
 
 def unit_vectors(rng: np.random.Generator, shape: tuple[int, ...], d: int) -> np.ndarray:
@@ -78,8 +83,10 @@ class NearestNeighbor(Task):
     def chance(self) -> float:
         return 0.5
 
-    def vectors_and_labels(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """x [n, N, d], y [n, N] and the nearest neighbour's index j* [n, N/2] of each query."""
+    def vectors_and_labels(self, n: int, rng: np.random.Generator,
+                           redraws: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """x [n, N, d], y [n, N] and the nearest neighbour's index j* [n, N/2] of each query (``redraws``: how
+        many times in a row these examples were drawn again whole)."""
         half = self.N // 2
         x = np.empty((n, self.N, self.d))
         x[:, :half] = unit_vectors(rng, (n, half), self.d)
@@ -99,8 +106,12 @@ class NearestNeighbor(Task):
                 todo = todo[~ok]
                 if not len(todo):
                     break
-            else:
-                raise RuntimeError(f"nearest_neighbor: no query with margin {self.gamma} in {MAX_TRIES} tries")
+            else:  # no direction has the margin after these examples' earlier vectors: draw them again whole
+                if redraws == MAX_REDRAWS:
+                    raise UserError(f"task.gamma: a margin of {self.gamma:g} is out of reach for N = {self.N} unit "
+                                    f"vectors in d = {self.d} (no query direction had it in {MAX_TRIES:,} tries, "
+                                    f"{MAX_REDRAWS} sequences in a row); lower gamma or raise d")
+                x[todo], y[todo], nearest[todo] = self.vectors_and_labels(len(todo), rng, redraws + 1)
             y[:, k] = y[np.arange(n), nearest[:, k - half]]
         return x, y, nearest
 
