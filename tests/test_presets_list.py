@@ -17,7 +17,6 @@ from depthlab.cli import app
 from depthlab.errors import UserError
 from depthlab.store import Store, reproductions
 from depthlab.sweeps import presets
-from test_cli import cli
 
 runner = CliRunner()
 
@@ -96,10 +95,10 @@ def test_figures_read_from_reproduces_text():
     assert figures_in("seed 009 Figure 1") == []
 
 
-def test_reproduce_without_a_name_is_exit_2_one_line():
-    result = cli("reproduce")
-    assert result.returncode == 2, result.stderr
-    lines = result.stderr.strip().splitlines()
+def test_reproduce_without_a_name_is_exit_2_one_line(depthlab_main):
+    code, _, err = depthlab_main("reproduce")
+    assert code == 2, err
+    lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: NAME: ") and "--list" in lines[0]
 
 

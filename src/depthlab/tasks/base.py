@@ -92,7 +92,8 @@ class Task(BaseModel):
 
     @property
     def n_outputs(self) -> int:
-        """Width of the model's output at each read position (the number of classes for cross-entropy)."""
+        """Width of the model's output at each read position (the number of classes for cross-entropy):
+        ``len(labels)``; tasks with many labels give it without building the list (every config check asks)."""
         return len(self.labels)
 
     @model_validator(mode="after")

@@ -190,6 +190,10 @@ class EqNCP(_Equality):
         return [*(str(i) for i in range(self.alphabet)), "|", "$"]
 
     @property
+    def n_outputs(self) -> int:
+        return self.alphabet + 2
+
+    @property
     def read_positions(self) -> list[int]:
         return list(range(self.seq_len))
 

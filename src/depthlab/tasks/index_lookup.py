@@ -74,6 +74,10 @@ class IndexLookup(FixedEvalSet):
         return letter_names(self.alphabet)
 
     @property
+    def n_outputs(self) -> int:
+        return self.alphabet
+
+    @property
     def seq_len(self) -> int:
         return self.N + 1
 
