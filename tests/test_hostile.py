@@ -612,7 +612,11 @@ def test_a_command_whose_later_group_cannot_fit_trains_nothing(tmp_path, monkeyp
     path.write_text(yaml.safe_dump(raw))
     monkeypatch.setenv("DEPTHLAB_MEMORY", "64M")
     one_line_exit_2(run_depthlab("sweep", str(path), "--store", str(tmp_path / "s")), "memory: a run of memorization")
-    assert [r["status"] for r in Store(tmp_path / "s").find_runs()] == []  # the small group did not train first
+    assert not (tmp_path / "s").exists()  # refused before the store was created: the small group did not train
+    run_file = tmp_path / "run.yaml"
+    run_file.write_text(yaml.safe_dump({**RUN, "model": {"name": "transformer", "layers": 1, "width": 4096}}))
+    one_line_exit_2(run_depthlab("train", str(run_file), "--store", str(tmp_path / "t")), "memory: a run of")
+    assert not (tmp_path / "t").exists()
 
 
 def test_a_command_says_its_size_before_its_first_run(tmp_path, monkeypatch):

@@ -106,6 +106,7 @@ def train(config: Annotated[Path, typer.Argument(help="run file (YAML)")], set_:
     """Train one run from a run file."""
     from ..api.training import run_results
     from ..config import parse_run
+    from ..sweeps.local import preflight
     from ..training.tracking import check_trackers
 
     raw = _load_config(config, with_device(set_, device))
@@ -113,6 +114,7 @@ def train(config: Annotated[Path, typer.Argument(help="run file (YAML)")], set_:
         raise UserError("sweep: this is a sweep file; use `depthlab sweep` (or remove the sweep section)")
     run = parse_run(raw)
     check_trackers(log or [])
+    preflight([run], 1)  # a run over the memory budget is refused before the store is created
     threads = setup_threads()
     db = open_store(store)
     results = run_sweep([run], db, 1, json_out, "training", log=log)
@@ -133,6 +135,7 @@ def sweep(config: Annotated[Path, typer.Argument(help="sweep file (YAML): a run 
     from ..api.training import run_results
     from ..config import expand_sweep, parse_resources
     from ..sweeps.execute import check_tracked
+    from ..sweeps.local import preflight
     from ..training.tracking import check_trackers
 
     check_executor(executor, address)
@@ -141,6 +144,8 @@ def sweep(config: Annotated[Path, typer.Argument(help="sweep file (YAML): a run 
     raw = _load_config(config, with_device(set_, device, executor, workers))
     runs = expand_sweep(raw)
     resources = parse_resources(raw)
+    if executor == "local":  # a group over the memory budget is refused before the store is created
+        preflight(runs, group_size)
     threads = setup_threads()
     db = open_store(store)
     results = run_sweep(runs, db, group_size, json_out, "sweep", executor, address, resources, log)
