@@ -153,21 +153,10 @@ def test_vary_gives_a_row_per_value_and_width(plugin_file, tmp_path):
     assert Path(out["figure"]).name == "capability-first_bit-task.n.png" and Path(out["figure"]).is_file()
 
 
-def test_plugin_tasks_reach_ray_workers(plugin_file, tmp_path):
-    """Ray workers never load the plugin file: its classes travel by value with each group of runs."""
-    pytest.importorskip("ray")
-    sweep_file = tmp_path / "sweep.yaml"
-    sweep_file.write_text(yaml.safe_dump({"task": {"name": "first_bit", "n": 4},
-                                          "model": {"name": "attention_only", "attention": "softmax"},
-                                          "train": {"optimizer": "adamw", "lr": 0.03, "steps": 40, "eval_every": 20},
-                                          "sweep": {"model.layers": [1, 2]}}))
-    out = invoke("--plugin", str(plugin_file), "sweep", str(sweep_file), "--executor", "ray", "--store",
-                 str(tmp_path / "store"), "--json")
-    assert [r["status"] for r in out["runs"]] == ["done", "done"]
-
-
 def test_a_capability_climb_on_ray_starts_ray_once(plugin_file, tmp_path, monkeypatch):
-    """Every depth is a sweep of its own; they share one local Ray instance, shut down at the end."""
+    """Every depth is a sweep of its own; they share one local Ray instance, shut down at the end. The task is the
+    plugin's: Ray workers never load the plugin file, its classes travel by value with each group of runs (a
+    separate sweep on Ray started a second instance for the same path: `run_ray` under both commands)."""
     ray = pytest.importorskip("ray")
     assert not ray.is_initialized()
     starts, real_init = [], ray.init
