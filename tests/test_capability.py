@@ -140,7 +140,7 @@ def test_pure_noise_labels_are_not_reached_and_every_depth_is_tried(plugin_file,
     assert all(a < 0.8 for accs in row["accuracies"].values() for a in accs)
     text = runner.invoke(app, ["--plugin", str(plugin_file), "capability", "noise_bits", *FAST, "--layers", "1,2",
                                "--seeds", "2", "--store", store], env={"COLUMNS": "200"})
-    assert text.exit_code == 0 and "not reached up to L" in " ".join(text.output.split())
+    assert text.exit_code == 0 and "(>L: no depth up to L reached the target)" in " ".join(text.output.split())
     assert any(line.split()[:2] == ["noise_bits", ">2"] for line in text.output.splitlines())
 
 

@@ -81,7 +81,8 @@ def test_a_minimum_depth_table_of_four_depths_fits_80_columns_with_names_and_num
                         eval_protocol="exhaustive dataset when small, else a fresh sample",
                         accuracies={layers: [0.289 + d / 100, 0.5, 0.501] for layers in range(1, 5)},
                         min_layers=2 if d == 1 else None) for d in range(1, 7)]
-    table = min_depth_table(with_retrieval_bound(cells), "seed 002 minimum depth of retrieval (seed 002 Theorem 1)")
+    table = min_depth_table(with_retrieval_bound(cells), "seed 002 minimum depth of retrieval (seed 002 Theorem 1)",
+                            expected_label="⌈log3(2D)⌉")
     lines = rendered(table)
     assert max(len(line) for line in lines) <= 80
     for d in range(1, 7):  # the row's name, verdict and bound on one line; every accuracy whole
@@ -89,4 +90,8 @@ def test_a_minimum_depth_table_of_four_depths_fits_80_columns_with_names_and_num
         assert line.split()[2:4] == ["2" if d == 1 else ">4", str(with_retrieval_bound(cells)[d - 1].expected)]
     means = [f"{(0.289 + d / 100 + 0.5 + 0.501) / 3:.3f}" for d in range(1, 7)]
     assert numbers_whole(lines, [*means, "(0/3)"])
-    assert "min layers >L: not reached up to L" in " ".join(" ".join(lines).split())
+    text = " ".join(" ".join(lines).split())
+    assert "min: the minimum depth (>L: no depth up to L reached the target); columns 1–4: layers" in text
+    assert "chance 0.500" in text  # one chance for every row: said once
+    header = next(line for line in lines if line.split()[:2] == ["task", "min"])
+    assert header.split()[2:] == ["⌈log3(2D)⌉", "1", "2", "3", "4"]  # no header word split

@@ -261,11 +261,15 @@ def min_depth_table(cells: list[CellResult], title: str, expected_label: str = "
     target = cells[0].target if cells else 0.0
     protocols = dict.fromkeys(f"{c.task}: {c.eval_protocol}" for c in cells if c.eval_protocol)
     show_expected = any(c.expected is not None for c in cells)
-    columns = [Column("task", no_wrap=True), Column("min layers", "right")]
+    chances = {"—" if c.chance is None else f"{c.chance:.3f}" for c in cells}
+    one_chance = len(chances) == 1  # said once in the caption, a column less at 80 columns
+    columns = [Column("task", no_wrap=True), Column("min", "right", no_wrap=True)]
     if show_expected:
-        columns.append(Column(expected_label, "right"))
-    columns += [*[Column(depth_label(d), "right") for d in depths], Column("chance", "right")]
-    caption = "per depth: mean accuracy over seeds (seeds at the target); min layers >L: not reached up to L"
+        columns.append(Column(expected_label, "right", no_wrap=True))
+    columns += [Column(str(d), "right") for d in depths] + ([] if one_chance else [Column("chance", "right")])
+    caption = (f"min: the minimum depth (>L: no depth up to L reached the target); columns {depths[0]}–{depths[-1]}: "
+               f"layers, each cell the mean accuracy over seeds (seeds at the target)"
+               + (f"; chance {next(iter(chances))}" if one_chance else ""))
     table = Table(columns, title=f"minimum depth — {title} (target {target:g}, strict majority of seeds)",
                   caption=caption + ("; evaluated on " + "; ".join(protocols) if protocols else ""), compact=True)
     for c in cells:
@@ -273,7 +277,8 @@ def min_depth_table(cells: list[CellResult], title: str, expected_label: str = "
         if show_expected:
             cols.append("" if c.expected is None else str(c.expected))
         cols += [_cell_text(c.accuracies.get(depth), c.target) for depth in depths]
-        cols.append("—" if c.chance is None else f"{c.chance:.3f}")
+        if not one_chance:
+            cols.append("—" if c.chance is None else f"{c.chance:.3f}")
         table.add_row(*cols)
     return table
 
