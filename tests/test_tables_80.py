@@ -95,3 +95,14 @@ def test_a_minimum_depth_table_of_four_depths_fits_80_columns_with_names_and_num
     assert "chance 0.500" in text  # one chance for every row: said once
     header = next(line for line in lines if line.split()[:2] == ["task", "min"])
     assert header.split()[2:] == ["⌈log3(2D)⌉", "1", "2", "3", "4"]  # no header word split
+
+
+def test_text_in_square_brackets_is_printed_as_written_not_read_as_rich_markup():
+    """Index lookup's protocol says "training lengths uniform in [min_length, N]": rich took the brackets for a
+    markup tag and printed "uniform in " — tables are data, shown as written."""
+    from depthlab.analysis.tables import Table
+
+    table = Table.of("task", "[bold]", title="[red]title", caption="lengths uniform in [min_length, N]")
+    table.add_row("[min_length, N]", "[/]")
+    text = " ".join(" ".join(rendered(table)).split())
+    assert all(s in text for s in ("[red]title", "[bold]", "[min_length, N]", "[/]", "uniform in [min_length, N]"))

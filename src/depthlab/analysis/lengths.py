@@ -200,9 +200,9 @@ def length_table(rows: list[dict[str, Any]], title: str) -> Table:
     search, its settings beside it); the number of seeds and the evaluation said once, below."""
     lengths = sorted({r["length"] for r in rows if r["length"] is not None})
     seeds = sorted({r["seeds"] for r in rows if r["accuracy"] is not None})
-    said = "/".join(str(n) for n in seeds) or "the"
-    caption = "; ".join(x for x in (f"accuracy: mean over {said} seeds (a search's best configuration, its settings "
-                                    "in brackets)", protocol_note(rows, "task_label")) if x)
+    said = "one seed" if seeds == [1] else f"mean over {'/'.join(str(n) for n in seeds) or 'the'} seeds"
+    caption = "; ".join(x for x in (f"accuracy: {said} (a search's best configuration, its settings in brackets)",
+                                    protocol_note(rows, "task_label")) if x)
     table = Table([Column("task"), Column("model"), *[Column(f"N={n}", "right") for n in lengths],
                    Column("state size (longest N)", "right"), Column("chance", "right", no_wrap=True)],
                   title=f"length table — {title}", caption=caption)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table as RichTable
 
@@ -201,15 +202,16 @@ def rich_table(table: Table) -> RichTable:
     number's) is never narrower than the widest word of its cells, so a cell may wrap between words ("0.987" over
     "(lr 1e-03)") but no number is split or cut, and a word too long for its column (a header's) folds onto the
     next line rather than losing its end to an ellipsis."""
-    out = RichTable(title=table.title, title_justify=table.title_justify, caption=table.caption,
+    text = lambda value: None if value is None else escape(str(value))  # noqa: E731  (data, never rich markup)
+    out = RichTable(title=text(table.title), title_justify=table.title_justify, caption=text(table.caption),
                     caption_justify=table.caption_justify,
                     **({"box": box.SIMPLE_HEAD, "pad_edge": False, "collapse_padding": True} if table.compact else {}))
     for i, column in enumerate(table.columns):
         widest = max((len(word) for row in table.rows for word in str(row[i]).split()), default=0)
-        out.add_column(column.header, justify=column.justify, no_wrap=column.no_wrap, overflow="fold",
+        out.add_column(text(column.header), justify=column.justify, no_wrap=column.no_wrap, overflow="fold",
                        min_width=widest if column.justify == "right" and widest else None)
     for row in table.rows:
-        out.add_row(*row)
+        out.add_row(*map(text, row))
     return out
 
 
