@@ -89,6 +89,7 @@ def test_random_tiny_model_scores_at_chance(app: typer.Typer, tmp_path: Path) ->
     assert len({r["answer"] for r in answered}) > 1  # it guesses, it does not repeat one answer
     assert Path(out["figure"]).is_file()
     table = (tmp_path / "table.md").read_text().splitlines()
+    assert table[0] == "**tiny-gpt2: seed 002 retrieval benchmark**"  # the folder's name, as the figure's title
     assert table[2] == "| formulation | D | n | acc % | 95% CI % | chance % | flagged | tries |"
     rows = [line.split(" | ") for line in table[4:]]
     assert [(r[0], r[1]) for r in rows] == [("| equations", d) for d in ("1", "2", "3", "all")] + [("| functions", "—")]

@@ -152,21 +152,22 @@ def llm_bench(
     save(accuracy_figure(result, title=name), result["figure"], vector)
     if markdown is not None:
         markdown.parent.mkdir(parents=True, exist_ok=True)
-        markdown.write_text(bench_table(result).markdown(), encoding="utf-8")
+        markdown.write_text(bench_table(result, name).markdown(), encoding="utf-8")
     if json_out:
         emit(result)
         return
-    _show(result)
+    _show(result, name)
 
 
 def _pct(x: float | None) -> str:
     return "—" if x is None else f"{100 * x:.1f}"
 
 
-def bench_table(result: dict[str, Any]) -> Table:
-    """Accuracy per formulation and D (and per formulation over its depths), with the 95 % interval and chance."""
+def bench_table(result: dict[str, Any], name: str) -> Table:
+    """Accuracy per formulation and D (and per formulation over its depths), with the 95 % interval and chance;
+    titled by ``name`` as the figure is (a local model by its folder's name, not this machine's path to it)."""
     table = Table.of("formulation", "D", "n", "acc %", "95% CI %", "chance %", "flagged", "tries",
-                     title=f"{result['model']}: seed 002 retrieval benchmark", title_justify="center")
+                     title=f"{name}: seed 002 retrieval benchmark", title_justify="center")
     rows = [(c, "—" if c["depth"] is None else str(c["depth"])) for c in result["cells"]]
     per_cell = {f["formulation"]: sum(c["formulation"] == f["formulation"] for c in result["cells"])
                 for f in result["formulations"]}  # fmt: skip
@@ -186,8 +187,8 @@ def bench_table(result: dict[str, Any]) -> Table:
     return table
 
 
-def _show(result: dict[str, Any]) -> None:
-    show(bench_table(result))
+def _show(result: dict[str, Any], name: str) -> None:
+    show(bench_table(result, name))
     out = Console()
     out.print(f"run {result['run_id']} in {result['store']} ({result['asked']} asked now, {result['resumed']} resumed)")
     if result["overall"]["failed"]:
