@@ -292,3 +292,11 @@ def test_an_unknown_format_is_refused_before_any_work(tmp_path):
     assert isinstance(result.exception, UserError)
     assert str(result.exception) == "--format: unknown format 'eps'; allowed: png, pdf, svg"
     assert not (tmp_path / "s").exists()
+
+
+def test_head_lists_never_wear_the_chance_lines_grey():
+    """seed001-heads drew [4, 4] grey dashed, like its chance line: the head lists' colours leave the greys out."""
+    from depthlab.draw.heads import line_colours
+
+    colours = list(line_colours([f"[{i}]" for i in range(18)]).values())
+    assert len(set(colours)) == 18 and all(max(c[:3]) - min(c[:3]) > 0.05 for c in colours)

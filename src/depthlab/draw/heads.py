@@ -15,8 +15,10 @@ DEPTH_STYLES = ("-", "--", ":", "-.")  # line style by depth: the head list's le
 
 
 def line_colours(labels: list[str]) -> dict[str, Any]:
-    """One colour per label, the same in every panel: tab10's ten, then tab20's lighter ten, then viridis."""
-    palette = [*matplotlib.colormaps["tab10"].colors, *matplotlib.colormaps["tab20"].colors[1::2]]
+    """One colour per label, the same in every panel: tab10's, then tab20's lighter ones, then viridis; never their
+    greys, which the chance line wears."""
+    palette = [c for c in (*matplotlib.colormaps["tab10"].colors, *matplotlib.colormaps["tab20"].colors[1::2])
+               if max(c) - min(c) > 0.05]
     if len(labels) > len(palette):
         palette = list(matplotlib.colormaps["viridis"](np.linspace(0, 0.9, len(labels))))
     return {label: palette[i] for i, label in enumerate(labels)}
