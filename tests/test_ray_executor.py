@@ -125,6 +125,30 @@ def test_killed_worker_is_retried_and_resumes_from_its_checkpoint(local_ray, ref
     assert all(r["status"] == "done" for r in store.find_runs())
 
 
+def test_a_task_holds_its_groups_runs_while_it_trains(local_ray, reference, tmp_path):
+    """As a local sweep does (``training.claims``): a second command training the same run waits, not joins. The
+    task's train_fn probes the lock from another open file, which ``flock`` refuses while the task holds it."""
+    want, _ = reference
+    store = Store(tmp_path)
+    folder = store.run_folder(Store.run_id(config(0).to_dict()))
+
+    def probe_then_train(configs, s):
+        import fcntl
+
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            raise AssertionError("the Ray task trains without holding its run")
+        except BlockingIOError:
+            pass
+        finally:
+            os.close(fd)
+        return train_group(configs, s)
+
+    results = run_ray([config(0)], store, train_fn=probe_then_train)
+    same_results(results, {k: want[k] for k in results})
+
+
 def always_crash(configs, store):
     os._exit(1)
 

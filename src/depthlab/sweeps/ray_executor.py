@@ -14,10 +14,11 @@ Where things are written, and why:
   driver's host, in order, in transactions. Every call is idempotent (``INSERT OR IGNORE`` / ``OR REPLACE``,
   status updates), so the actor can be restarted and its calls retried.
 - Checkpoints are written by the workers themselves into the store's artifact folder
-  (``<store>/artifacts/<run_id>/``), atomically. On a multi-node cluster that folder must be on a shared
-  filesystem mounted at the same path on every node, so a retried task (on any node) finds the checkpoint
-  and the driver's analyses find the trained weights; without one, a retried group restarts from step 0
-  on another node (still correct, only slower).
+  (``<store>/artifacts/<run_id>/``), atomically, each task holding its runs' folders while it trains
+  (``training.claims``, as a local sweep does: another command training the same runs waits). On a
+  multi-node cluster that folder must be on a shared filesystem mounted at the same path on every node, so
+  a retried task (on any node) finds the checkpoint and the driver's analyses find the trained weights;
+  without one, a retried group restarts from step 0 on another node (still correct, only slower).
 
 A worker that dies (killed, out of memory, node lost) is retried by Ray up to ``max_retries`` times; the
 retry calls ``train_group`` again, which skips the runs already done and resumes the others from their last
@@ -48,6 +49,7 @@ from typing import Any
 from ..config import ResourceSpec, RunConfig
 from ..errors import UserError
 from ..store import Store
+from ..training.claims import hold_runs
 from ..training.engine import TERMINAL, train_group
 from .local import check_checkpoints, plan_groups
 from .ray_store import RemoteStore, StoreWriter
@@ -78,14 +80,17 @@ def _ray():
 
 def _train_group_task(configs: list[RunConfig], root: str, writer: Any, threads: int,
                       train_fn: Callable[..., dict[str, dict[str, Any]]] | None) -> dict[str, dict[str, Any]]:
-    """Body of the Ray task: train one group against the remote store (nothing if the sweep is stopping)."""
+    """Body of the Ray task: train one group against the remote store (nothing if the sweep is stopping), holding
+    its runs' folders as a local sweep does, so that a run another command trains is waited for, not trained twice."""
     import ray
     import torch
 
     if ray.get(writer.is_stopping.remote()):
         return {}
     torch.set_num_threads(threads)
-    return (train_fn or train_group)(configs, RemoteStore(root, writer))
+    store = RemoteStore(root, writer)
+    with hold_runs(store, configs):
+        return (train_fn or train_group)(configs, store)
 
 
 def _available_cpus() -> int:

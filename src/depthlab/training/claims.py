@@ -26,7 +26,9 @@ except ImportError:  # Windows
 
 @contextlib.contextmanager
 def hold_runs(store: Store, configs: list[RunConfig]) -> Iterator[None]:
-    """Hold the runs of ``configs`` for this process while the block runs (waiting for any another one holds)."""
+    """Hold the runs of ``configs`` for this process while the block runs (waiting for any another one holds).
+
+    ``store`` is a :class:`Store` or a Ray task's ``RemoteStore``: only ``run_id`` and ``run_folder`` are used."""
     held: list[int] = []
     try:
         for run_id in sorted({store.run_id(c.to_dict()) for c in configs}):
