@@ -178,9 +178,10 @@ def check_executor(executor: str, address: str | None) -> None:
 
 def run_sweep(runs: list, store: Store, group_size: int | None, quiet: bool, description: str,
               executor: str = "local", address: str | None = None, resources: Any = None,
-              log: list[str] | None = None) -> dict[str, Any]:
+              log: list[str] | None = None, size: tuple[int, int] | None = None) -> dict[str, Any]:
     """Train ``runs`` (finished ones are skipped) with ``executor``, showing a progress bar over their steps and
-    mirroring them to the trackers ``log`` names."""
+    mirroring them to the trackers ``log`` names. ``size``: what ``sweeps.local.preflight`` returned for these
+    runs, where the caller already checked them."""
     from ..sweeps.execute import train_runs
     from ..training.tracking import open_trackers
 
@@ -189,7 +190,7 @@ def run_sweep(runs: list, store: Store, group_size: int | None, quiet: bool, des
         from ..memory import format_bytes
         from ..sweeps.local import preflight
 
-        groups, peak = preflight(runs, group_size)
+        groups, peak = size or preflight(runs, group_size)
         console.print(f"{len(runs):,} run{'s' if len(runs) != 1 else ''} in {groups:,} group"
                       f"{'s' if groups != 1 else ''} ({total:,} run-steps); the largest group needs about "
                       f"{format_bytes(peak)}")

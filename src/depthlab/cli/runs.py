@@ -114,10 +114,10 @@ def train(config: Annotated[Path, typer.Argument(help="run file (YAML)")], set_:
         raise UserError("sweep: this is a sweep file; use `depthlab sweep` (or remove the sweep section)")
     run = parse_run(raw)
     check_trackers(log or [])
-    preflight([run], 1)  # a run over the memory budget is refused before the store is created
+    size = preflight([run], 1)  # a run over the memory budget is refused before the store is created
     threads = setup_threads()
     db = open_store(store)
-    results = run_sweep([run], db, 1, json_out, "training", log=log)
+    results = run_sweep([run], db, 1, json_out, "training", log=log, size=size)
     (result,) = run_results(db, [db.run_id(run.to_dict())], results)
     if json_out:
         emit({**result.to_dict(), "threads": threads, "store": str(db.root)})
@@ -144,11 +144,11 @@ def sweep(config: Annotated[Path, typer.Argument(help="sweep file (YAML): a run 
     raw = _load_config(config, with_device(set_, device, executor, workers))
     runs = expand_sweep(raw)
     resources = parse_resources(raw)
-    if executor == "local":  # a group over the memory budget is refused before the store is created
-        preflight(runs, group_size)
+    # a group over the memory budget is refused before the store is created
+    size = preflight(runs, group_size) if executor == "local" else None
     threads = setup_threads()
     db = open_store(store)
-    results = run_sweep(runs, db, group_size, json_out, "sweep", executor, address, resources, log)
+    results = run_sweep(runs, db, group_size, json_out, "sweep", executor, address, resources, log, size)
     ids = [db.run_id(r.to_dict()) for r in runs]
     if json_out:
         emit({"runs": [r.to_dict() for r in run_results(db, ids, results)], "threads": threads,
