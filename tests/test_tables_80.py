@@ -72,6 +72,17 @@ def test_a_length_table_of_four_lengths_with_searched_settings_fits_80_columns_a
     assert text.count("0.016") == 3 and "N=200" in text and text.count("123,456") == 3  # the last columns shown
 
 
+def test_a_length_table_says_how_many_seeds_each_mean_is_over():
+    """seed003-dyck trains Mamba with one seed, the others with three: "mean over 1 or 3 seeds" (not "1/3")."""
+    from depthlab.analysis.lengths import length_table
+
+    rows = [{"task_label": "dyck", "label": label, "model": label, "length": 20, "accuracy": 0.9, "seeds": seeds,
+             "tried": 1, "settings": {}, "state_size": 10, "chance": 0.5, "eval_protocol": "fresh strings",
+             "eval_examples": 1000} for label, seeds in (("lstm", 3), ("mamba", 1))]
+    text = " ".join(" ".join(rendered(length_table(rows, "seed 003 Dyck"))).split())
+    assert "mean over 1 or 3 seeds" in text, text
+
+
 def test_a_minimum_depth_table_of_four_depths_fits_80_columns_with_names_and_numbers_whole():
     """seed002-min-depth's table: six values of D, four depths, the bound beside each row."""
     from depthlab.analysis.capability import min_depth_table, with_retrieval_bound

@@ -200,7 +200,7 @@ def length_table(rows: list[dict[str, Any]], title: str) -> Table:
     search, its settings beside it); the number of seeds and the evaluation said once, below."""
     lengths = sorted({r["length"] for r in rows if r["length"] is not None})
     seeds = sorted({r["seeds"] for r in rows if r["accuracy"] is not None})
-    said = "one seed" if seeds == [1] else f"mean over {'/'.join(str(n) for n in seeds) or 'the'} seeds"
+    said = "one seed" if seeds == [1] else f"mean over {' or '.join(str(n) for n in seeds) or 'the'} seeds"
     caption = "; ".join(x for x in (f"accuracy: {said} (a search's best configuration, its settings in brackets)",
                                     protocol_note(rows, "task_label")) if x)
     table = Table([Column("task"), Column("model"), *[Column(f"N={n}", "right") for n in lengths],
