@@ -72,6 +72,24 @@ def test_a_length_table_of_four_lengths_with_searched_settings_fits_80_columns_a
     assert text.count("0.016") == 3 and "N=200" in text and text.count("123,456") == 3  # the last columns shown
 
 
+def test_a_length_table_keeps_names_on_one_line_where_they_fit():
+    """seed003-equality at quick scale: three tasks, four lengths. At 80 columns "LSTM-(1," was split from "64)" and
+    "eq_random" folded; the names now stay whole, the state-size column wraps instead."""
+    from depthlab.analysis.lengths import length_table
+
+    rows = [{"task_label": task, "label": label, "model": label, "length": n, "accuracy": 0.75, "seeds": 1,
+             "tried": 1, "settings": {}, "state_size": 12800, "chance": 0.5, "eval_protocol": "fresh strings",
+             "eval_examples": 1000}
+            for task, lengths in (("eq_random", (20, 50)), ("eq_one", (20, 50)), ("eq_ncp", (16, 32)))
+            for label in ("TF-(2, 64)", "LSTM-(1, 64)", "DSS-(2, 64)", "Mamba-(1, 64)") for n in lengths]
+    lines = rendered(length_table(rows, "seed 003 string equality across lengths (seed 003 Figure 4)"))
+    assert max(len(line) for line in lines) <= 80
+    body = [line for line in lines if line.startswith("│")]
+    assert len(body) == 12  # one line per row: nothing wrapped
+    assert all("eq_" in line and "-(" in line and ", 64)" in line for line in body)
+    assert sum(line.count("0.750") for line in body) == 24 and sum(line.count("0.500") for line in body) == 12
+
+
 def test_a_length_table_says_how_many_seeds_each_mean_is_over():
     """seed003-dyck trains Mamba with one seed, the others with three: "mean over 1 or 3 seeds" (not "1/3")."""
     from depthlab.analysis.lengths import length_table

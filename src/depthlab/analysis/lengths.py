@@ -202,11 +202,15 @@ def length_table(rows: list[dict[str, Any]], title: str) -> Table:
     seeds = sorted({r["seeds"] for r in rows if r["accuracy"] is not None})
     said = "one seed" if seeds == [1] else f"mean over {' or '.join(str(n) for n in seeds) or 'the'} seeds"
     caption = "; ".join(x for x in (f"accuracy: {said} (a search's best configuration, its settings in brackets)",
-                                    protocol_note(rows, "task_label")) if x)
-    table = Table([Column("task"), Column("model"), *[Column(f"N={n}", "right") for n in lengths],
-                   Column("state size (longest N)", "right"), Column("chance", "right", no_wrap=True)],
+                                    "state size: at the longest N", protocol_note(rows, "task_label")) if x)
+    tasks = list(dict.fromkeys(r["task_label"] for r in rows))
+    one_task = len(tasks) == 1  # then the title and the caption name it: no column of one repeated name
+    model = Column("model", no_wrap=True)
+    names = [model] if one_task else [Column("task", no_wrap=True), model]
+    table = Table([*names, *[Column(f"N={n}", "right") for n in lengths],
+                   Column("state size", "right"), Column("chance", "right", no_wrap=True)],
                   title=f"length table — {title}", caption=caption)
-    for task in dict.fromkeys(r["task_label"] for r in rows):
+    for task in tasks:
         for label in dict.fromkeys(r["label"] for r in rows if r["task_label"] == task):
             mine = {r["length"]: r for r in rows if r["task_label"] == task and r["label"] == label}
             cells = []
@@ -217,7 +221,7 @@ def length_table(rows: list[dict[str, Any]], title: str) -> Table:
             state = "" if last is None else _fmt_state(last)
             chances = [r["chance"] for r in mine.values() if r["chance"] is not None]
             chance = f"{chances[0]:.3f}" if chances else ""
-            table.add_row(task, label, *cells, state, chance)
+            table.add_row(*([] if one_task else [task]), label, *cells, state, chance)
     return table
 
 

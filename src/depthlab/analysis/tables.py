@@ -16,7 +16,7 @@ Justify = Literal["left", "center", "right"]
 class Column:
     header: str
     justify: Justify = "left"
-    no_wrap: bool = False  # keep the cells on one line (names)
+    no_wrap: bool = False  # keep the cells on one line (names) where the table still fits the terminal
 
 
 @dataclass

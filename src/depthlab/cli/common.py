@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich import box
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, RenderableType
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table as RichTable
 
@@ -198,19 +199,51 @@ def run_sweep(runs: list, store: Store, group_size: int | None, quiet: bool, des
         return train_runs(runs, store, group_size, executor, address, resources, advance, tracker)
 
 
-def rich_table(table: Table) -> RichTable:
-    """``table`` as a rich table. Where the terminal is narrow (80 columns when piped) a right-aligned column (a
+def rich_table(table: Table) -> RenderableType:
+    """``table`` for rich to print. Where the terminal is narrow (80 columns when piped) a right-aligned column (a
     number's) is never narrower than the widest word of its cells, so a cell may wrap between words ("0.987" over
-    "(lr 1e-03)") but no number is split or cut, and a word too long for its column (a header's) folds onto the
-    next line rather than losing its end to an ellipsis."""
+    "(lr 1e-03)") but no number is split or cut; a ``no_wrap`` column (a name's) keeps each cell on one line while
+    the table still fits, and wraps like the others where it would not (no column is ever cropped); a word too
+    long for its column (a header's) folds onto the next line rather than losing its end to an ellipsis."""
+    return _Fitted(table)
+
+
+class _Fitted:
+    """Rendered at the console's width: names kept on one line if the table's narrowest layout fits it, else their
+    words kept whole, else folded as any column."""
+
+    def __init__(self, table: Table) -> None:
+        self.table = table
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[RichTable]:
+        unbounded = options.update_width(1 << 16)  # rich clamps a measurement to the width it is given
+        for names in ("whole", "words"):  # measured on the cells alone: a header's long word may fold
+            if Measurement.get(console, unbounded, _rich_table(self.table, names, header=False)).minimum \
+                    <= options.max_width:
+                yield _rich_table(self.table, names)
+                return
+        yield _rich_table(self.table, "fold")
+
+
+def _rich_table(table: Table, names: str, header: bool = True) -> RichTable:
+    """``names``: how a ``no_wrap`` left column's cells may break: ``whole`` (never), ``words`` (between words),
+    ``fold`` (anywhere)."""
     text = lambda value: None if value is None else escape(str(value))  # noqa: E731  (data, never rich markup)
     out = RichTable(title=text(table.title), title_justify=table.title_justify, caption=text(table.caption),
-                    caption_justify=table.caption_justify,
+                    caption_justify=table.caption_justify, show_header=header,
                     **({"box": box.SIMPLE_HEAD, "pad_edge": False, "collapse_padding": True} if table.compact else {}))
     for i, column in enumerate(table.columns):
-        widest = max((len(word) for row in table.rows for word in str(row[i]).split()), default=0)
-        out.add_column(text(column.header), justify=column.justify, no_wrap=column.no_wrap, overflow="fold",
-                       min_width=widest if column.justify == "right" and widest else None)
+        cells = [str(row[i]) for row in table.rows]
+        widest = max((len(word) for cell in cells for word in cell.split()), default=0)
+        longest = max(map(len, cells), default=0)
+        if column.justify == "right":
+            least = widest
+        elif column.no_wrap:
+            least = {"whole": longest, "words": widest, "fold": 0}[names]
+        else:
+            least = 0
+        out.add_column(text(column.header), justify=column.justify, overflow="fold", min_width=least or None,
+                       no_wrap=column.no_wrap and (column.justify == "right" or names == "whole"))
     for row in table.rows:
         out.add_row(*map(text, row))
     return out
