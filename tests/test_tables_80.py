@@ -90,6 +90,21 @@ def test_a_length_table_keeps_names_on_one_line_where_they_fit():
     assert sum(line.count("0.750") for line in body) == 24 and sum(line.count("0.500") for line in body) == 12
 
 
+def test_the_heads_table_of_seed001_has_one_line_per_cell_at_80_columns():
+    """seed001-heads: "Figure 6: template matching" took three lines and every head list had room to spare."""
+    from depthlab.analysis.heads import heads_table
+
+    panels = {"Figure 4: memorization": ["[1]", "[8]"], "Figure 6: template matching": ["[1, 4]", "[4, 4]"],
+              "Figure 7: IC-TM k=2": ["[1, 1, 6]", "[1, 1, 1, 1]"]}
+    rows = [{"panel": panel, "heads": heads, "accuracy": 0.985, "accuracy_sd": 0.021, "seeds": 3, "steps_to": 2750,
+             "chance": 0.5} for panel, lists in panels.items() for heads in lists]
+    lines = rendered(heads_table(rows, "training dynamics for different attention heads (seed 001 Figures 4-7)"))
+    assert max(len(line) for line in lines) <= 80
+    body = [line for line in lines if line.startswith("│")]
+    assert len(body) == 6 and all("0.985 ± 0.021" in line and "2750" in line for line in body)
+    assert sum("Figure 6: template matching" in line for line in body) == 2
+
+
 def test_a_length_table_says_how_many_seeds_each_mean_is_over():
     """seed003-dyck trains Mamba with one seed, the others with three: "mean over 1 or 3 seeds" (not "1/3")."""
     from depthlab.analysis.lengths import length_table

@@ -90,7 +90,8 @@ def heads_table(rows: list[dict[str, Any]], title: str) -> Table:
     """A row per cell: its panel, head list, final accuracy (mean ± sd over seeds, said once in the caption),
     speed and chance."""
     n, seeds = seeds_note(rows)
-    table = Table([Column("panel"), Column("heads"), Column("final accuracy", "right", no_wrap=True),
+    table = Table([Column("panel", no_wrap=True), Column("heads", no_wrap=True),
+                   Column("final accuracy", "right", no_wrap=True),
                    Column(f"first step at {SPEED_AT:g}", "right"), Column("chance", "right", no_wrap=True)],
                   title=title, caption=f"final accuracy: {seeds}; first step at which the seeds' mean evaluation "
                                        f"accuracy reaches {SPEED_AT:g}")
