@@ -105,6 +105,24 @@ def test_the_heads_table_of_seed001_has_one_line_per_cell_at_80_columns():
     assert sum("Figure 6: template matching" in line for line in body) == 2
 
 
+def test_emergence_and_circuit_paths_stay_on_one_line_at_80_columns():
+    """seed002-emergence and -circuits: "second of pair 2 → first of pair 2" took three lines beside wide number
+    columns."""
+    from depthlab.analysis.circuits import circuits_table
+    from depthlab.analysis.emergence import emergence_table
+
+    path = "second of pair 2 → first of pair 2"
+    emergence = {"paths": [{"path": f"2.0 {path}", "first_step_above": 1345, "settled_step_above": 1345,
+                            "final_attention": 0.98}], "partial_first_step_below": {"x1": 235}}
+    circuits = [{"name": "A", "seed": 0, "intact_loss": 0.265, "circuit_loss": 0.566, "heads_used": 2,
+                 "paths": [{"layer": 2, "head": 0, "from": "second of pair 2", "to": "first of pair 2",
+                            "attention": 0.97, "loss_without": 1.076}]}]
+    for table in (emergence_table(emergence, "seed 002 emergence"), circuits_table(circuits, "seed 002 circuits")):
+        lines = rendered(table)
+        assert max(len(line) for line in lines) <= 80
+        assert sum(path in line for line in lines) == 1, "\n".join(lines)
+
+
 def test_a_length_table_says_how_many_seeds_each_mean_is_over():
     """seed003-dyck trains Mamba with one seed, the others with three: "mean over 1 or 3 seeds" (not "1/3")."""
     from depthlab.analysis.lengths import length_table

@@ -82,8 +82,8 @@ def circuit_rows(store: Store, run_ids: list[str], accept: str = "within") -> li
 
 def circuits_table(rows: list[dict[str, Any]], title: str) -> Table:
     """A row per path of every transformer: its head, roles, mean attention, and the circuit's loss without it."""
-    table = Table([Column("transformer"), Column("head", "right"), Column("path"), Column("attention", "right"),
-                   Column("loss without it", "right")], title=title,
+    table = Table([Column("transformer"), Column("head", "right"), Column("path", no_wrap=True),
+                   Column("attention", "right"), Column("loss without it", "right")], title=title,
                   caption="loss: validation MSE on 1,024 examples; the circuit alone is every other head replaced "
                           "(uniform or identity), every circuit head one-hot on its paths (seed 002 Appendix E)")
     for r in rows:

@@ -151,8 +151,8 @@ def emergence(store: Store, run: LoadedRun, circuit: Circuit, examples: int = EM
 def emergence_table(result: dict[str, Any], title: str) -> Table:
     """A row per path (when its attention first went above 0.5, and for good), then per partial loss (when it
     first went below 0.5)."""
-    table = Table([Column("path"), Column("first step above 0.5", "right"), Column("above 0.5 from then on", "right"),
-                   Column("final attention", "right")], title=title)
+    table = Table([Column("path", no_wrap=True), Column("first step above 0.5", "right"),
+                   Column("above 0.5 from then on", "right"), Column("final attention", "right")], title=title)
     show = lambda step: "never" if step is None else f"{step:.0f}"  # noqa: E731
     for p in sorted(result["paths"], key=lambda p: (p["first_step_above"] is None, p["first_step_above"] or 0)):
         table.add_row(p["path"], show(p["first_step_above"]), show(p["settled_step_above"]),
