@@ -121,6 +121,7 @@ def test_emergence_and_circuit_paths_stay_on_one_line_at_80_columns():
         lines = rendered(table)
         assert max(len(line) for line in lines) <= 80
         assert sum(path in line for line in lines) == 1, "\n".join(lines)
+    assert any("A (seed 0)" in line and "MSE 0.265, circuit 0.566, 2 heads" in line for line in lines)
 
 
 def test_a_length_table_says_how_many_seeds_each_mean_is_over():

@@ -82,14 +82,14 @@ def circuit_rows(store: Store, run_ids: list[str], accept: str = "within") -> li
 
 def circuits_table(rows: list[dict[str, Any]], title: str) -> Table:
     """A row per path of every transformer: its head, roles, mean attention, and the circuit's loss without it."""
-    table = Table([Column("transformer"), Column("head", "right"), Column("path", no_wrap=True),
+    table = Table([Column("transformer", no_wrap=True), Column("head", "right"), Column("path", no_wrap=True),
                    Column("attention", "right"), Column("loss without it", "right")], title=title,
                   caption="loss: validation MSE on 1,024 examples; the circuit alone is every other head replaced "
                           "(uniform or identity), every circuit head one-hot on its paths (seed 002 Appendix E)")
     for r in rows:
         circuit = "no circuit" if r["circuit_loss"] is None else f"circuit {r['circuit_loss']:.3f}"
-        table.add_row(f"{r['name']} (seed {r['seed']}): MSE {r['intact_loss']:.3f}, {circuit}, "
-                      f"{r['heads_used']} heads", "", "", "", "")
+        table.add_row(f"{r['name']} (seed {r['seed']})", "",  # its summary in the wide path column
+                      f"MSE {r['intact_loss']:.3f}, {circuit}, {r['heads_used']} heads", "", "")
         for p in r["paths"]:
             table.add_row("", f"{p['layer']}.{p['head']}", f"{p['from']} → {p['to']}", f"{p['attention']:.2f}",
                           f"{p['loss_without']:.3f}")
