@@ -61,6 +61,16 @@ def record_metric_writes(root: Path) -> Callable[[], list[tuple[str, int, str, s
 
 
 @pytest.fixture
+def small_evaluation(monkeypatch):
+    """Final evaluations on 512 sampled examples where a task's set has more than 4,096 (the presets' IC-QA is an
+    exhaustive 338,688, IC-TM a sample of 20,000): for tests of what a command writes or draws, not of a score."""
+    from depthlab.training import data
+
+    monkeypatch.setattr(data, "EXHAUSTIVE_EVAL_LIMIT", 4096)
+    monkeypatch.setattr(data, "SAMPLED_EVAL_EXAMPLES", 512)
+
+
+@pytest.fixture
 def metric_writes():
     """:func:`record_metric_writes` as a fixture."""
     return record_metric_writes

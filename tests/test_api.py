@@ -234,7 +234,7 @@ def test_a_missing_parquet_engine_is_one_line(store_root, monkeypatch):
     assert isinstance(bad.exception, UserError) and "--format" in str(bad.exception)
 
 
-def test_reproduce_returns_what_the_cli_prints(tmp_path):
+def test_reproduce_returns_what_the_cli_prints(tmp_path, small_evaluation):
     """The API trains the preset; the CLI (same store, same overrides) reuses the runs and prints the same object.
     (Also what tests/test_cli.py checked of ``reproduce --json``: the rows and the figure.)"""
     root = tmp_path / "store"

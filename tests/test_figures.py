@@ -201,7 +201,7 @@ def _both(png: str, vector: str) -> None:
     assert path.with_suffix(f".{vector}").stat().st_size > 1000, f"no {vector} next to {png}"
 
 
-def test_reproduce_and_capability_write_png_and_the_vector_file(tmp_path):
+def test_reproduce_and_capability_write_png_and_the_vector_file(tmp_path, small_evaluation):
     out = _json(runner.invoke(app, [
         "reproduce", "seed001-depth", "--store", str(tmp_path / "s"), "--out", str(tmp_path / "fig"), "--json",
         "--format", "pdf", "--set", "train.steps=10", "--set", "train.eval_every=5", "--set", "sweep.seed=[0]",

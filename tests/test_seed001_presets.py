@@ -81,22 +81,10 @@ def test_the_construction_maps_are_section_13_2s_copy_and_match():
     assert second["layers"][1][0][-1].tolist() == [0, 0, 0, 1, 1, 1, 1, 1]  # "b →" matches the block b → 2
 
 
-def _smaller_icqa(run):
-    """IC-QA with 4 questions and answers: the preset's 8 and 8 make an exhaustive evaluation set of 338,688
-    sequences, whose final evaluation took most of this test's time."""
-    if run.task.name != "icqa":
-        return run
-    task = type(run.task).model_validate({**run.task.model_dump(), "n_q": 4, "n_a": 4})
-    return run.model_copy(update={"task": task})
-
-
-def test_heads_preset_draws_figures_4_to_7(tmp_path, monkeypatch):
-    from depthlab.training import data
-
-    monkeypatch.setattr(data, "SAMPLED_EVAL_EXAMPLES", 512)  # IC-TM's final evaluation: 20,000 sequences otherwise
+def test_heads_preset_draws_figures_4_to_7(tmp_path, small_evaluation):
     store = Store(tmp_path / "store")
     preset = load_preset("seed001-heads", "quick", FEW)
-    preset.sweeps = [[_smaller_icqa(run) for run in sweep[:2]] for sweep in preset.sweeps]  # one head list each
+    preset.sweeps = [sweep[:2] for sweep in preset.sweeps]  # one head list per sweep is enough here
     ids = _train(preset, store)
     figure = tmp_path / "fig" / "heads.png"
     summary, (table,) = heads_summary(store, ids, figure, "tiny")
