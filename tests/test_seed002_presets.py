@@ -33,7 +33,7 @@ def test_presets_load(name, scale):
         assert all(r.model.heads == 1 and r.train.keep_checkpoints for r in preset.runs)
 
 
-def test_layers_medium_scale_has_the_papers_d_between_quick_and_paper(tmp_path):
+def test_layers_medium_scale_has_the_papers_d_between_quick_and_paper(tmp_path, small_evaluation):
     quick, medium, paper = (load_preset("seed002-layers", s) for s in ("quick", "medium", "paper"))
     cells = {(r.task.D, r.task.target) for r in medium.runs}
     assert cells == {(3, "ic"), (3, "non_ic"), (5, "ic")} == {(r.task.D, r.task.target) for r in paper.runs}
