@@ -54,7 +54,7 @@ def test_presets_load(name, scale):
 
 
 @pytest.mark.parametrize("name", NEW[1:])
-def test_quick_runs_train_a_few_steps(tmp_path, name):
+def test_quick_runs_train_a_few_steps(tmp_path, name, small_evaluation):
     preset = load_preset(name, "quick", [f"train.{k}={v}" for k, v in TINY_TRAIN.items()])
     results = train_group(preset.runs[:1], Store(tmp_path / "store"))
     (final,) = results.values()
