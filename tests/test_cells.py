@@ -159,6 +159,7 @@ def test_depthlab_runs_shows_the_learning_rate_and_ids_that_name_their_runs(icqa
     for line in lines:  # each row's id whole on its line, a prefix naming exactly its run
         prefix = line.split()[0]
         assert len(prefix) >= 8 and store.resolve(prefix) in ids
+        assert " attention_only " in line  # names whole too ("attentio" over "n_only" before)
     code, out, _ = depthlab_main("runs", "--store", str(store.root), "--json")
     rows = json.loads(out)["runs"]
     assert {r["settings"]["train.lr"] for r in rows} == {0.003, 0.01} and len({r["cell"] for r in rows}) == 4

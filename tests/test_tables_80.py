@@ -124,6 +124,28 @@ def test_emergence_and_circuit_paths_stay_on_one_line_at_80_columns():
     assert any("A (seed 0)" in line and "MSE 0.265, circuit 0.566, 2 heads" in line for line in lines)
 
 
+def test_names_stay_whole_where_the_table_fits_and_only_headers_fold():
+    """`depthlab runs` on seed001-heads' store: "memoriza" over "tion" and "attentio" over "n_only" on every row.
+    Names now stay whole where the table's cells fit (only a header folds), and fold where even that does not."""
+    from depthlab.analysis.tables import Column, Table
+
+    def listing(task: str) -> Table:
+        table = Table([Column("id", no_wrap=True), Column("task", no_wrap=True), Column("model", no_wrap=True),
+                       Column("layers", "right"), Column("heads", "right"), Column("k", "right"),
+                       Column("seed", "right"), Column("status"), Column("step", "right"),
+                       Column("accuracy", "right", no_wrap=True)], compact=True)
+        for heads in ("[1]", "[1, 1, 1, 1]"):
+            table.add_row("1452ec30", task, "attention_only", "1", heads, "—", "0", "done", "1500", "1.000")
+        return table
+
+    lines = rendered(listing("memorization"))
+    rows = [line for line in lines if "1452ec30" in line]
+    assert max(map(len, lines)) <= 80 and len(rows) == 2
+    assert all(" memorization " in line and " attention_only " in line and "1.000" in line for line in rows)
+    lines = rendered(listing("a_task_name_far_too_long_to_fit_on_one_line_of_this_table_beside_the_rest"))
+    assert max(map(len, lines)) <= 80 and sum("1.000" in line for line in lines) == 2  # folded, nothing cropped
+
+
 def test_a_length_table_says_how_many_seeds_each_mean_is_over():
     """seed003-dyck trains Mamba with one seed, the others with three: "mean over 1 or 3 seeds" (not "1/3")."""
     from depthlab.analysis.lengths import length_table

@@ -209,25 +209,27 @@ def rich_table(table: Table) -> RenderableType:
 
 
 class _Fitted:
-    """Rendered at the console's width: names kept on one line if the table's narrowest layout fits it, else their
-    words kept whole, else folded as any column."""
+    """Rendered at the console's width, in the first layout whose narrowest form fits it: names on one line and
+    headers' words whole; names on one line; names' words whole; anything folded."""
+
+    LAYOUTS = (("whole", True), ("whole", False), ("words", False))
 
     def __init__(self, table: Table) -> None:
         self.table = table
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[RichTable]:
         unbounded = options.update_width(1 << 16)  # rich clamps a measurement to the width it is given
-        for names in ("whole", "words"):  # measured on the cells alone: a header's long word may fold
-            if Measurement.get(console, unbounded, _rich_table(self.table, names, header=False)).minimum \
-                    <= options.max_width:
-                yield _rich_table(self.table, names)
+        for names, header_words in self.LAYOUTS:  # measured on the cells (a header's words count if kept whole)
+            narrowest = _rich_table(self.table, names, header_words, header=False)
+            if Measurement.get(console, unbounded, narrowest).minimum <= options.max_width:
+                yield _rich_table(self.table, names, header_words)
                 return
-        yield _rich_table(self.table, "fold")
+        yield _rich_table(self.table, "fold", False)
 
 
-def _rich_table(table: Table, names: str, header: bool = True) -> RichTable:
+def _rich_table(table: Table, names: str, header_words: bool, header: bool = True) -> RichTable:
     """``names``: how a ``no_wrap`` left column's cells may break: ``whole`` (never), ``words`` (between words),
-    ``fold`` (anywhere)."""
+    ``fold`` (anywhere); ``header_words``: no column narrower than its header's longest word."""
     text = lambda value: None if value is None else escape(str(value))  # noqa: E731  (data, never rich markup)
     out = RichTable(title=text(table.title), title_justify=table.title_justify, caption=text(table.caption),
                     caption_justify=table.caption_justify, show_header=header,
@@ -242,6 +244,8 @@ def _rich_table(table: Table, names: str, header: bool = True) -> RichTable:
             least = {"whole": longest, "words": widest, "fold": 0}[names]
         else:
             least = 0
+        if header_words:
+            least = max([least, *(len(word) for word in column.header.split())])
         out.add_column(text(column.header), justify=column.justify, overflow="fold", min_width=least or None,
                        no_wrap=column.no_wrap and (column.justify == "right" or names == "whole"))
     for row in table.rows:

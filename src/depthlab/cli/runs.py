@@ -197,7 +197,8 @@ def _show_runs(rows: list[dict[str, Any]], every: list[str]) -> None:
     fields = list(rows[0]["settings"]) if rows else []
     names = short_names(fields)
     ids = short_ids([r["id"] for r in rows], every)
-    table = Table([Column("id", no_wrap=True), Column("task"), Column("model"), Column("layers", "right"),
+    table = Table([Column("id", no_wrap=True), Column("task", no_wrap=True), Column("model", no_wrap=True),
+                   Column("layers", "right"),
                    *[Column(names[f], "right") for f in fields], Column("seed", "right"), Column("status"),
                    Column("step", "right"), Column("accuracy", "right", no_wrap=True)],
                   caption="ids: a unique prefix (every command takes one); --json gives them whole" if rows else None,
