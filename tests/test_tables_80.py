@@ -146,6 +146,21 @@ def test_names_stay_whole_where_the_table_fits_and_only_headers_fold():
     assert max(map(len, lines)) <= 80 and sum("1.000" in line for line in lines) == 2  # folded, nothing cropped
 
 
+def test_a_narrow_tables_title_and_caption_wrap_at_80_columns_not_at_its_width():
+    """The kv_recall minimum-depth table is 42 columns wide: its caption took five lines of 42."""
+    from depthlab.analysis.tables import Column, Table
+
+    caption = ("min: the minimum depth (>L: no depth up to L reached the target); columns 1–2: layers, each cell "
+               "the mean accuracy over seeds (seeds at the target); chance 0.125; evaluated on kv_recall: fresh sample")
+    table = Table([Column("task", no_wrap=True), Column("min", "right")], compact=True, caption=caption,
+                  title="minimum depth — kv_recall (attention_only) (target 0.95, strict majority of seeds)")
+    table.add_row("kv_recall", "2")
+    lines = [line.rstrip() for line in rendered(table)]
+    assert max(map(len, lines)) <= 80
+    assert len([line for line in lines if line]) == 2 + 3 + 3  # title, header and rule and row, caption
+    assert " ".join(" ".join(lines).split()).endswith(caption)
+
+
 def test_a_length_table_says_how_many_seeds_each_mean_is_over():
     """seed003-dyck trains Mamba with one seed, the others with three: "mean over 1 or 3 seeds" (not "1/3")."""
     from depthlab.analysis.lengths import length_table

@@ -14,10 +14,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich import box
 from rich.console import Console, ConsoleOptions, RenderableType
+from rich.constrain import Constrain
 from rich.markup import escape
 from rich.measure import Measurement
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table as RichTable
+from rich.text import Text
 
 from ..analysis.tables import Table
 from ..errors import UserError
@@ -208,6 +210,9 @@ def rich_table(table: Table) -> RenderableType:
     return _Fitted(table)
 
 
+TEXT_WIDTH = 80  # a table's title and caption wrap at this width (or the terminal's, if narrower)
+
+
 class _Fitted:
     """Rendered at the console's width, in the first layout whose narrowest form fits it: names on one line and
     headers' words whole; names on one line; names' words whole; anything folded."""
@@ -217,22 +222,31 @@ class _Fitted:
     def __init__(self, table: Table) -> None:
         self.table = table
 
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[RichTable]:
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[RenderableType]:
+        table = self._layout(console, options)
+        # title and caption as wide as the terminal allows up to 80 columns, not squeezed to a narrow table's width
+        width = min(options.max_width, max(Measurement.get(console, options, table).maximum, TEXT_WIDTH))
+        if self.table.title:
+            yield Constrain(Text(self.table.title, style="table.title", justify=self.table.title_justify), width)
+        yield table
+        if self.table.caption:
+            yield Constrain(Text(self.table.caption, style="table.caption", justify=self.table.caption_justify),
+                            width)
+
+    def _layout(self, console: Console, options: ConsoleOptions) -> RichTable:
         unbounded = options.update_width(1 << 16)  # rich clamps a measurement to the width it is given
         for names, header_words in self.LAYOUTS:  # measured on the cells (a header's words count if kept whole)
             narrowest = _rich_table(self.table, names, header_words, header=False)
             if Measurement.get(console, unbounded, narrowest).minimum <= options.max_width:
-                yield _rich_table(self.table, names, header_words)
-                return
-        yield _rich_table(self.table, "fold", False)
+                return _rich_table(self.table, names, header_words)
+        return _rich_table(self.table, "fold", False)
 
 
 def _rich_table(table: Table, names: str, header_words: bool, header: bool = True) -> RichTable:
     """``names``: how a ``no_wrap`` left column's cells may break: ``whole`` (never), ``words`` (between words),
     ``fold`` (anywhere); ``header_words``: no column narrower than its header's longest word."""
     text = lambda value: None if value is None else escape(str(value))  # noqa: E731  (data, never rich markup)
-    out = RichTable(title=text(table.title), title_justify=table.title_justify, caption=text(table.caption),
-                    caption_justify=table.caption_justify, show_header=header,
+    out = RichTable(show_header=header,  # the title and caption are drawn by _Fitted, at their own width
                     **({"box": box.SIMPLE_HEAD, "pad_edge": False, "collapse_padding": True} if table.compact else {}))
     for i, column in enumerate(table.columns):
         cells = [str(row[i]) for row in table.rows]
