@@ -153,18 +153,22 @@ def graph_plan(mode: str, device: torch.device, compiled: bool) -> str | None:
 class GraphedStep:
     """A training step replayed as one CUDA graph: PyTorch's whole-network capture (``torch.cuda.graph``).
 
-    ``step(*inputs)`` must be capturable: the same kernels on the same memory every call (forward, loss,
-    backward, optimizer, metric sums into tensors that live across steps), no host synchronisation. The first
-    ``warmup`` calls run it eagerly on a side stream (lazy initialisations — cuBLAS handles, autograd's streams —
-    happen outside the capture); the next call copies its inputs into static buffers, captures ``step`` on
-    them on that same stream (recorded, not run) and replays the graph; every later call copies its inputs into
-    the buffers and replays. :meth:`reset` (the tensors the step touches were replaced: runs left the group)
-    starts over with warm-up and a new capture. A capture that fails (an operation a graph cannot hold) runs that
-    call's step eagerly and leaves ``failure`` set, one line: the caller then trains eagerly.
+    Each call ``graphed(step, *inputs)`` names the step; ``step(*inputs)`` must be capturable: the same kernels on
+    the same memory every call (forward, loss, backward, optimizer, metric sums into tensors that live across
+    steps), no host synchronisation. The first ``warmup`` calls run it eagerly on a side stream (lazy
+    initialisations — cuBLAS handles, autograd's streams — happen outside the capture); the next call copies its
+    inputs into static buffers, captures ``step`` on them on that same stream (recorded, not run) and replays the
+    graph; every later call copies its inputs into the buffers and replays. :meth:`reset` (the tensors the step
+    touches were replaced: runs left the group) starts over with warm-up and a new capture. A capture that fails (an
+    operation a graph cannot hold) runs that call's step eagerly and leaves ``failure`` set, one line: the caller
+    then trains eagerly. The step is passed at each call, not kept: a group holding a GraphedStep that held the
+    group's own bound method would be a reference cycle, and the group's GPU memory would wait for the garbage
+    collector instead of being given back when the group is dropped (on the H100 the throughput benchmark ran out of
+    memory so).
     """
 
-    def __init__(self, step: Callable[..., None], device: torch.device, warmup: int = GRAPH_WARMUP_STEPS) -> None:
-        self.step, self.device, self.warmup = step, device, warmup
+    def __init__(self, device: torch.device, warmup: int = GRAPH_WARMUP_STEPS) -> None:
+        self.device, self.warmup = device, warmup
         self.stream = torch.cuda.Stream(device)
         self.graph: torch.cuda.CUDAGraph | None = None
         self.static: tuple[torch.Tensor, ...] = ()
@@ -183,7 +187,7 @@ class GraphedStep:
             return f"cuda graph (captured {self.captures} time{'s' if self.captures > 1 else ''})"
         return f"eager (ended within the {self.warmup} warm-up steps before a CUDA graph capture)"
 
-    def __call__(self, *inputs: torch.Tensor) -> None:
+    def __call__(self, step: Callable[..., None], *inputs: torch.Tensor) -> None:
         if self.graph is not None:
             for static, value in zip(self.static, inputs, strict=True):
                 static.copy_(value)
@@ -193,7 +197,7 @@ class GraphedStep:
         if self.eager_calls < self.warmup:
             self.stream.wait_stream(current)
             with torch.cuda.stream(self.stream):
-                self.step(*inputs)
+                step(*inputs)
             current.wait_stream(self.stream)
             self.eager_calls += 1
             return
@@ -201,11 +205,11 @@ class GraphedStep:
         graph = torch.cuda.CUDAGraph()
         try:
             with torch.cuda.graph(graph, stream=self.stream):
-                self.step(*self.static)
+                step(*self.static)
         except RuntimeError as e:  # nothing ran during the capture: this call's step runs eagerly instead
             self.failure = " ".join(str(e).split())[:200] or type(e).__name__
             self.static = ()
-            self.step(*inputs)
+            step(*inputs)
             return
         self.graph = graph
         self.captures += 1

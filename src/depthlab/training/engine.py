@@ -98,10 +98,12 @@ class Group:
         self.sums = torch.zeros(len(self.runs), 2, dtype=torch.float64, device=self.device)
         self.loss_sums, self.hit_sums = self.sums.unbind(1)
         self.batches = GroupBatches([run.stream for run in self.runs], self.device)
-        self.losses = torch.compile(self.batch_losses, backend=COMPILE_BACKEND) if t.compile else self.batch_losses
+        # the class's function, not a bound method: a group holding its own bound method is a reference cycle, and
+        # its (GPU) memory would wait for the garbage collector instead of being given back when the group is dropped
+        self.compiled_losses = torch.compile(Group.batch_losses, backend=COMPILE_BACKEND) if t.compile else None
         # how the step runs: None = to be replayed as a CUDA graph (device.GraphedStep), else why not (one line)
         self.eager_because = graph_plan(t.cuda_graph, self.device, t.compile)
-        self.graphed = GraphedStep(self.train_step, self.device) if self.eager_because is None else None
+        self.graphed = GraphedStep(self.device) if self.eager_because is None else None
         self.started = time.perf_counter()
         self.data_seconds = 0.0  # time the steps waited for their batches (the benchmark's data share)
         self.results: dict[str, dict[str, Any]] = {}
@@ -112,6 +114,12 @@ class Group:
         with self.autocast:
             outputs = self.model(x, read=self.read).outputs
         return per_run_loss(outputs, y, self.task.loss), outputs
+
+    def losses(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`batch_losses`, compiled when ``train.compile`` is on."""
+        if self.compiled_losses is None:
+            return self.batch_losses(x, y)
+        return self.compiled_losses(self, x, y)
 
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Every run's next batch on the device (inputs, targets [runs, batch, …]); the time it took is counted."""
@@ -141,7 +149,7 @@ class Group:
         if self.graphed is None:
             self.train_step(x, y)
         else:
-            self.graphed(x, y)
+            self.graphed(self.train_step, x, y)
             if self.graphed.failure is not None:  # the step cannot be a graph: eager from now on, and say why
                 self.eager_because, self.graphed = self.graphed.mode(), None
         for run in self.runs:
