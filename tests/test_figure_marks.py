@@ -112,6 +112,18 @@ def test_seed001_figure_2_names_tasks_by_the_seed_marks_chance_on_every_accuracy
     assert "shaded: from the lowest to the highest seed" in text and "chance" in text and "2 seeds" in text
 
 
+def test_the_chance_entry_comes_after_every_depth_even_one_only_the_last_panel_draws():
+    """Seed 001's Figure 2 at the paper's scale: IC-TM alone has 4 layers, and its legend read 1, 2, 3 layers,
+    chance, 4 layers."""
+    from depthlab.draw.depth import depth_figure
+
+    chance = {"icqa": 0.25, "ictm": 0.125}
+    curves = {(task, depth): [CURVE] for task in chance for depth in ((1, 2) if task == "icqa" else (1, 2, 4))}
+    fig = depth_figure(curves, list(chance), chance, {"icqa": "IC-QA", "ictm": "IC-TM"}, "seed 001 Figure 2")
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == ["1 layer", "2 layers", "4 layers", "chance"]
+
+
 def test_validation_curves_have_one_colour_and_one_legend_entry_per_model_however_many_seeds():
     """The issue: seed 003's Dyck curves drew 10 lines with 4 legend entries, a colour per line."""
     seeds = {"TF-(1, 64)": 3, "TF-(2, 64)": 3, "LSTM-(1, 64)": 3, "Mamba-(1, 64)": 1}

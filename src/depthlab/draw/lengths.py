@@ -10,7 +10,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from .style import caption, chance_line, figure_legend, literal, new_figure
+from .style import CHANCE, caption, chance_line, figure_legend, literal, new_figure
 from .svg import NEAR_CHANCE
 
 NOTATION = ("TF-(L, W): a transformer with L layers of width W, as seed 003 writes it (Figure 2); LSTM, DSS, Mamba, "
@@ -118,7 +118,7 @@ def width_figure(rows: list[dict[str, Any]], title: str) -> Figure:
         chances = {r["chance"] for r in rows if r["chance"] is not None}
         for ax in (by_width, by_length):
             if chances:
-                ax.axhline(min(chances), color="grey", ls=":", lw=0.8, label="chance")
+                ax.axhline(min(chances), color="grey", ls=":", lw=0.8, label=CHANCE)
             ax.set_ylim(-0.02, 1.02)
         by_width.set_xscale("log", base=2)
         by_width.set_xticks(widths, [str(w) for w in widths])

@@ -28,6 +28,7 @@ from matplotlib.ticker import LogFormatterSciNotation, LogLocator, NullFormatter
 STYLE: dict[str, Any] = {"font.size": 9, "axes.spines.top": False, "axes.spines.right": False, "figure.dpi": 120,
                          "pdf.fonttype": 42, "ps.fonttype": 42}
 VECTOR_FORMATS = ("pdf", "svg")
+CHANCE = "chance"  # the chance line's legend entry (listed after the data's)
 CAPTION_CHARS_PER_INCH = 17  # characters of 7-point text per inch of figure width
 
 
@@ -62,7 +63,8 @@ def new_figure(style: dict[str, Any] | None = STYLE, **kwargs: Any) -> Iterator[
 
 def figure_legend(fig: Figure, axes: Iterable[Axes], loc: str = "outside right center", **kwargs: Any) -> Legend | None:
     """One legend for the whole figure, outside its panels (at the right, centred: at the top it would run into a
-    long title): every labelled line, patch or collection of ``axes``, each label once, in the order drawn. None
+    long title): every labelled line, patch or collection of ``axes``, each label once, in the order drawn, the
+    chance line last (seed 001's Figure 2 listed "chance" between 3 and 4 layers: only the last panel has 4). None
     when nothing is labelled."""
     handles: dict[str, Any] = {}
     for ax in axes:
@@ -70,7 +72,8 @@ def figure_legend(fig: Figure, axes: Iterable[Axes], loc: str = "outside right c
             handles.setdefault(label, handle)
     if not handles:
         return None
-    return fig.legend(list(handles.values()), list(handles), loc=loc, frameon=False, **kwargs)
+    labels = sorted(handles, key=lambda label: label == CHANCE)  # stable: the data's entries keep their order
+    return fig.legend([handles[label] for label in labels], labels, loc=loc, frameon=False, **kwargs)
 
 
 def log_ticks(ax: Axes, axis: str = "y") -> None:
@@ -107,7 +110,7 @@ def caption(fig: Figure, text: str, width: int | None = None, legend: Legend | N
     fig.text(0.0, 0.0, wrapped, fontsize=7, va="top", ha="left", color="0.25")
 
 
-def chance_line(ax: Axes, chance: float | None, label: str = "chance") -> None:
+def chance_line(ax: Axes, chance: float | None, label: str = CHANCE) -> None:
     """Chance level as a grey dashed line (labelled for the figure's legend); nothing when unknown."""
     if chance is not None and math.isfinite(chance):
         ax.axhline(chance, color="grey", ls="--", lw=0.8, label=label)
