@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import matplotlib
 import pytest
+from matplotlib.colors import to_hex
 
 from depthlab.draw.llm import accuracy_figure, per_formulation
 
@@ -46,6 +47,21 @@ def test_bars_for_the_five_formulations_and_lines_against_d():
     assert not [ax for ax in fig.axes if ax.get_legend() is not None]
     box = fig.legends[0].get_window_extent()
     assert not [ax for ax in fig.axes if box.overlaps(ax.get_window_extent())]
+
+
+def test_chance_against_d_is_black_like_its_legend_entry_where_shared_else_in_each_formulations_colour():
+    """The committed figure drew equations' and lives-with's shared chance in orange over blue, while the legend's
+    "random guessing" was black."""
+    fig = drawn(summary())
+    dashed = [ln for ln in fig.axes[1].get_lines() if ln.get_linestyle() == "--" and len(ln.get_xdata())]
+    assert [(to_hex(ln.get_color()), ln.get_ydata()[0]) for ln in dashed] == [("#000000", 0.25)]
+    s = summary()
+    s["cells"] = [{**c, "chance": 0.5} if c["formulation"] == "lives-with" else c for c in s["cells"]]
+    fig = drawn(s)
+    dashed = [ln for ln in fig.axes[1].get_lines() if ln.get_linestyle() == "--" and len(ln.get_xdata())]
+    assert [(to_hex(ln.get_color()), ln.get_ydata()[0]) for ln in dashed] == [(to_hex("C0"), 0.25),
+                                                                              (to_hex("C1"), 0.5)]
+    assert "each formulation's in its colour" in " ".join(fig.texts[-1].get_text().split())
 
 
 def test_one_depth_only_draws_the_bars_alone():

@@ -57,15 +57,25 @@ def accuracy_figure(summary: dict[str, Any], title: str | None = None) -> Figure
                            for c in bars], fontsize=8)
         ax.set_ylabel("accuracy")
         ax.set_title("each formulation")
+        note = ""
         if over_d:
             ax = axes[1]
+            chances = {}
             for f in over_d:
                 rows = sorted((c for c in cells if c["formulation"] == f), key=lambda c: c["depth"])
                 ds = [c["depth"] for c in rows]
                 ax.errorbar(ds, [c["accuracy"] for c in rows], yerr=_err(rows), marker="o", ms=4, lw=1.3,
                             capsize=2, color=colors[f], label=literal(f))
-                chance = sum(c["chance"] * c["n"] for c in rows) / sum(c["n"] for c in rows)
-                ax.plot([min(ds) - 0.3, max(ds) + 0.3], [chance, chance], ls="--", lw=1.0, color=colors[f])
+                chances[f] = (sum(c["chance"] * c["n"] for c in rows) / sum(c["n"] for c in rows), min(ds), max(ds))
+            # one black line where the formulations share their chance (as the legend draws it); else each in its
+            # formulation's colour, and the caption says so
+            shared = len({round(chance, 9) for chance, _, _ in chances.values()}) == 1
+            for f, (chance, low, high) in chances.items():
+                ax.plot([low - 0.3, high + 0.3], [chance, chance], ls="--", lw=1.0,
+                        color="black" if shared else colors[f])
+                if shared:
+                    break
+            note = "" if shared else " (against D, each formulation's in its colour)"
             ax.set_xticks(sorted({c["depth"] for c in cells if c["formulation"] in over_d}))
             ax.set_xlabel("D (statements per chain)")
             ax.set_title("accuracy against D")
@@ -76,5 +86,5 @@ def accuracy_figure(summary: dict[str, Any], title: str | None = None) -> Figure
         figure_legend(fig, [ax])
         fig.suptitle(literal(f"seed 002 Figure 2: {title}" if title else "seed 002 Figure 2"), fontsize=9)
         caption(fig, "Bars and points: the share of questions answered correctly; error bars: its 95 % interval; "
-                     "dashed: the accuracy of random guessing.")
+                     f"dashed: the accuracy of random guessing{note}.")
     return fig
