@@ -5,6 +5,7 @@ stops early saying why, enough ticks on a log axis."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from matplotlib.colors import to_hex
 from matplotlib.patches import Polygon
 
@@ -85,6 +86,11 @@ def test_a_layers_line_that_stops_early_says_so_and_the_log_axis_has_enough_tick
     fig = layers_figure(rows, "seed 002 Figure 4")
     notes = [t.get_text() for t in fig.axes[0].texts]
     assert notes == ["no finished run\nat 5–6 layers"]
+    assert fig.axes[0].get_xlim()[1] > 6.3 + 0.5  # room for the note, on the left panel only
+    assert fig.axes[1].get_xlim()[1] == pytest.approx(6.3)
+    # every line reaches the deepest model: no note, and no empty room after the last point
+    whole = layers_figure([r for r in rows if r["formulation"] == "ic"], "seed 002 Figure 4")
+    assert not whole.axes[0].texts and whole.axes[0].get_xlim()[1] == pytest.approx(6.3)
     fig.canvas.draw()
     labelled = [t for t in fig.axes[0].get_yticklabels() if t.get_text()]
     assert len(labelled) >= 4

@@ -15,13 +15,16 @@ from .style import caption, figure_legend, literal, log_ticks, new_figure
 PALETTE = {"ic": ["tab:blue", "tab:cyan", "tab:purple"], "non_ic": ["tab:red", "tab:orange", "tab:brown"]}
 
 
-def _say_where_it_stops(ax: Axes, these: list[dict[str, Any]], deepest: int, color: Any) -> None:
-    """A line that ends before the deepest model of the figure says so at its last point: no finished run there."""
+def _say_where_it_stops(ax: Axes, these: list[dict[str, Any]], deepest: int, color: Any) -> bool:
+    """A line that ends before the deepest model of the figure says so at its last point: no finished run there.
+    True when it did."""
     last = these[-1]
-    if last["layers"] < deepest:
-        missing = f"{last['layers'] + 1}" if last["layers"] + 1 == deepest else f"{last['layers'] + 1}–{deepest}"
-        ax.annotate(f"no finished run\nat {missing} layers", (last["layers"], last["loss"]), xytext=(6, -2),
-                    textcoords="offset points", fontsize=7, color=color, va="top")
+    if last["layers"] >= deepest:
+        return False
+    missing = f"{last['layers'] + 1}" if last["layers"] + 1 == deepest else f"{last['layers'] + 1}–{deepest}"
+    ax.annotate(f"no finished run\nat {missing} layers", (last["layers"], last["loss"]), xytext=(6, -2),
+                textcoords="offset points", fontsize=7, color=color, va="top")
+    return True
 
 
 def layers_figure(rows: list[dict[str, Any]], title: str = "") -> Figure:
@@ -32,6 +35,7 @@ def layers_figure(rows: list[dict[str, Any]], title: str = "") -> Figure:
         left, right = fig.subplots(1, 2)
         done = [r for r in rows if r["loss"] is not None]
         deepest = max((r["layers"] for r in done), default=0)
+        stops_early = False
         for formulation in ("ic", "non_ic"):
             mine = [r for r in done if r["formulation"] == formulation]
             lines = list(dict.fromkeys((r["D"], r["variant"]) for r in mine))
@@ -44,7 +48,7 @@ def layers_figure(rows: list[dict[str, Any]], title: str = "") -> Figure:
                 left.plot(x, [r["loss"] for r in these], "o-", color=color, label=literal(label))
                 left.fill_between(x, [r["loss_min"] for r in these], [r["loss_max"] for r in these],
                                   color=color, alpha=0.15, lw=0)
-                _say_where_it_stops(left, these, deepest, color)
+                stops_early |= _say_where_it_stops(left, these, deepest, color)
         left.set_xlabel("layers")
         left.set_ylabel("final validation loss (MSE)")
         left.set_yscale("log")
@@ -64,7 +68,8 @@ def layers_figure(rows: list[dict[str, Any]], title: str = "") -> Figure:
         right.set_yscale("log")
         for ax in (left, right):
             ax.set_xticks(range(1, max(deepest, 1) + 1))
-            ax.set_xlim(0.7, max(deepest, 1) + 0.3 + (0.9 if ax is left else 0))  # room to say where a line stops
+            room = 0.9 if ax is left and stops_early else 0  # room to say where a line stops
+            ax.set_xlim(0.7, max(deepest, 1) + 0.3 + room)
             log_ticks(ax)
         figure_legend(fig, (left, right))
         if title:
