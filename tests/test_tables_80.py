@@ -146,6 +146,23 @@ def test_names_stay_whole_where_the_table_fits_and_only_headers_fold():
     assert max(map(len, lines)) <= 80 and sum("1.000" in line for line in lines) == 2  # folded, nothing cropped
 
 
+def test_a_listing_that_fits_with_one_space_between_columns_keeps_every_header_whole():
+    """`depthlab runs` on seed 003's index-lookup store printed "lay"/"ers", "see"/"d" and "stat"/"us": at two
+    spaces between columns its headers' words did not fit 80 columns; at one space they do."""
+    from depthlab.analysis.tables import Column, Table
+
+    table = Table([Column("id", no_wrap=True), Column("task", no_wrap=True), Column("model", no_wrap=True),
+                   Column("layers", "right"), Column("N", "right"), Column("seed", "right"), Column("status"),
+                   Column("step", "right"), Column("accuracy", "right", no_wrap=True)], compact=True)
+    for model in ("transformer", "attention_only"):
+        table.add_row("cdbdf9b7", "index_lookup", model, "1", "100", "0", "done", "2000", "0.987")
+    lines = rendered(table)
+    assert max(map(len, lines)) <= 80
+    (header,) = [line for line in lines if " id " in f" {line} "]
+    assert header.split() == ["id", "task", "model", "layers", "N", "seed", "status", "step", "accuracy"]
+    assert sum(" attention_only " in line and " 0.987" in line for line in lines) == 1
+
+
 def test_a_narrow_tables_title_and_caption_wrap_at_80_columns_not_at_its_width():
     """The kv_recall minimum-depth table is 42 columns wide: its caption took five lines of 42."""
     from depthlab.analysis.tables import Column, Table

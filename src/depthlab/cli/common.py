@@ -215,9 +215,10 @@ TEXT_WIDTH = 80  # a table's title and caption wrap at this width (or the termin
 
 class _Fitted:
     """Rendered at the console's width, in the first layout whose narrowest form fits it: names on one line and
-    headers' words whole; names on one line; names' words whole; anything folded."""
+    headers' words whole; the same with one space between a compact table's columns instead of two; names on one
+    line; names' words whole; anything folded."""
 
-    LAYOUTS = (("whole", True), ("whole", False), ("words", False))
+    LAYOUTS = (("whole", True, False), ("whole", True, True), ("whole", False, False), ("words", False, False))
 
     def __init__(self, table: Table) -> None:
         self.table = table
@@ -235,19 +236,23 @@ class _Fitted:
 
     def _layout(self, console: Console, options: ConsoleOptions) -> RichTable:
         unbounded = options.update_width(1 << 16)  # rich clamps a measurement to the width it is given
-        for names, header_words in self.LAYOUTS:  # measured on the cells (a header's words count if kept whole)
-            narrowest = _rich_table(self.table, names, header_words, header=False)
+        for names, header_words, tight in self.LAYOUTS:  # measured on the cells (a header's words count if whole)
+            if tight and not self.table.compact:  # a framed table keeps a space each side of its rules
+                continue
+            narrowest = _rich_table(self.table, names, header_words, tight, header=False)
             if Measurement.get(console, unbounded, narrowest).minimum <= options.max_width:
-                return _rich_table(self.table, names, header_words)
+                return _rich_table(self.table, names, header_words, tight)
         return _rich_table(self.table, "fold", False)
 
 
-def _rich_table(table: Table, names: str, header_words: bool, header: bool = True) -> RichTable:
+def _rich_table(table: Table, names: str, header_words: bool, tight: bool = False, header: bool = True) -> RichTable:
     """``names``: how a ``no_wrap`` left column's cells may break: ``whole`` (never), ``words`` (between words),
-    ``fold`` (anywhere); ``header_words``: no column narrower than its header's longest word."""
+    ``fold`` (anywhere); ``header_words``: no column narrower than its header's longest word; ``tight``: no padding
+    (a compact table's columns one space apart)."""
     text = lambda value: None if value is None else escape(str(value))  # noqa: E731  (data, never rich markup)
     out = RichTable(show_header=header,  # the title and caption are drawn by _Fitted, at their own width
-                    **({"box": box.SIMPLE_HEAD, "pad_edge": False, "collapse_padding": True} if table.compact else {}))
+                    **({"box": box.SIMPLE_HEAD, "pad_edge": False, "collapse_padding": True} if table.compact else {}),
+                    **({"padding": 0} if tight else {}))
     for i, column in enumerate(table.columns):
         cells = [str(row[i]) for row in table.rows]
         widest = max((len(word) for cell in cells for word in cell.split()), default=0)
