@@ -163,6 +163,21 @@ def test_a_listing_that_fits_with_one_space_between_columns_keeps_every_header_w
     assert sum(" attention_only " in line and " 0.987" in line for line in lines) == 1
 
 
+def test_a_layers_table_never_splits_a_chain_position_from_its_partial_loss_at_80_columns():
+    """seed002-layers at medium scale (3 seeds, x1-x3) printed "x1 0.748  x2" on one line and "0.749  x3 0.751" on
+    the next."""
+    from depthlab.analysis.layers import layers_table
+
+    rows = [{"formulation": f, "variant": "", "D": 3, "layers": n, "loss": 0.749, "seed_losses": [0.749, 0.75, 0.503],
+             "partial_names": ["x1", "x2", "x3"] if f == "ic" else ["x3"],
+             "partial_losses": [0.748, 0.749, 0.751] if f == "ic" else [0.751]}
+            for f in ("ic", "non_ic") for n in (1, 6)]
+    lines = rendered(layers_table(rows, "seed 002 depth study (retrieval, IC vs non-IC) (seed 002 Figure 4)"))
+    assert max(map(len, lines)) <= 80
+    for cell in ("x1=0.748", "x2=0.749", "x3=0.751", "0.749", "0.503"):
+        assert any(cell in line for line in lines), cell
+
+
 def test_a_narrow_tables_title_and_caption_wrap_at_80_columns_not_at_its_width():
     """The kv_recall minimum-depth table is 42 columns wide: its caption took five lines of 42."""
     from depthlab.analysis.tables import Column, Table

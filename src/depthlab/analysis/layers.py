@@ -86,11 +86,13 @@ def layers_table(rows: list[dict[str, Any]], title: str) -> Table:
                "partial losses (mean)")
     table = Table([Column(c, "right" if c in right else "left") for c in headers],
                   title=f"final validation loss by depth — {title}",
-                  caption="loss: mean over seeds of the final validation MSE; each seed's beside it")
+                  caption="loss: mean over seeds of the final validation MSE; each seed's beside it",
+                  compact=True)  # unframed: a row of 3 seeds and x1-x3 fits 80 columns on one line
     for r in rows:
         loss = "—" if r["loss"] is None else f"{r['loss']:.4f}"
         seeds = " ".join(f"{v:.3f}" for v in r["seed_losses"])
-        parts = "  ".join(f"{n} {v:.3f}" for n, v in zip(r["partial_names"], r["partial_losses"], strict=True))
+        # "x2=0.749": a position and its loss one word, never split over two lines of a narrow table
+        parts = " ".join(f"{n}={v:.3f}" for n, v in zip(r["partial_names"], r["partial_losses"], strict=True))
         table.add_row(r["formulation"], *((r["variant"],) if variants else ()), str(r["D"]), str(r["layers"]),
                       loss, seeds, parts)
     return table
