@@ -87,7 +87,7 @@ def layers_table(rows: list[dict[str, Any]], title: str) -> Table:
     table = Table([Column(c, "right" if c in right else "left") for c in headers],
                   title=f"final validation loss by depth — {title}",
                   caption="loss: mean over seeds of the final validation MSE; each seed's beside it",
-                  compact=True)  # unframed: a row of 3 seeds and x1-x3 fits 80 columns on one line
+                  compact=True)  # unframed: at 80 columns a row of 3 seeds and x1-x3 takes two lines, not three
     for r in rows:
         loss = "—" if r["loss"] is None else f"{r['loss']:.4f}"
         seeds = " ".join(f"{v:.3f}" for v in r["seed_losses"])

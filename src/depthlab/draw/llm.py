@@ -67,14 +67,14 @@ def accuracy_figure(summary: dict[str, Any], title: str | None = None) -> Figure
                 ax.errorbar(ds, [c["accuracy"] for c in rows], yerr=_err(rows), marker="o", ms=4, lw=1.3,
                             capsize=2, color=colors[f], label=literal(f))
                 chances[f] = (sum(c["chance"] * c["n"] for c in rows) / sum(c["n"] for c in rows), min(ds), max(ds))
-            # one black line where the formulations share their chance (as the legend draws it); else each in its
-            # formulation's colour, and the caption says so
+            # one black line over every depth where the formulations share their chance (as the legend draws it);
+            # else each in its formulation's colour, and the caption says so
             shared = len({round(chance, 9) for chance, _, _ in chances.values()}) == 1
+            if shared:
+                spans = list(chances.values())
+                chances = {"": (spans[0][0], min(s[1] for s in spans), max(s[2] for s in spans))}
             for f, (chance, low, high) in chances.items():
-                ax.plot([low - 0.3, high + 0.3], [chance, chance], ls="--", lw=1.0,
-                        color="black" if shared else colors[f])
-                if shared:
-                    break
+                ax.plot([low - 0.3, high + 0.3], [chance, chance], ls="--", lw=1.0, color=colors.get(f, "black"))
             note = "" if shared else " (against D, each formulation's in its colour)"
             ax.set_xticks(sorted({c["depth"] for c in cells if c["formulation"] in over_d}))
             ax.set_xlabel("D (statements per chain)")
