@@ -14,6 +14,8 @@ from depthlab.sweeps.devices import train_on_devices
 from depthlab.sweeps.local import plan_groups, run_local
 from depthlab.training import engine
 from depthlab.training.device import gpus_for
+from depthlab.training.opcount import count_case
+from depthlab.training.throughput import CASES, bench_configs
 
 pytestmark = pytest.mark.gpu
 
@@ -142,3 +144,26 @@ def test_under_cuda_graphs_a_run_alone_and_in_a_group_agree_and_leaving_runs_rec
         assert grouped[run_id]["step_mode"] == "cuda graph (captured 2 times)"
         assert result["step_mode"] == "cuda graph (captured 1 time)"
         assert grouped[run_id]["loss"] == pytest.approx(result["loss"], rel=1e-3, abs=1e-5)
+
+
+def test_counting_a_steps_operations_fits_in_the_gpu_memory_training_needs(tmp_path):
+    """`bench --ops` at 256 retrieval runs ran out of memory on the H100 where training them fits: it profiled
+    eager steps beside the captured graph, whose memory pool stays reserved for its replays. Now the eager parts
+    are counted first, and counting fits under a memory cap of 1.5 times training's own peak."""
+    case = next(c for c in CASES if c.name == "retrieval")
+    configs = bench_configs(case, 16, "fp32", "cuda")
+    group = engine.Group([(c, Store.run_id(c.to_dict())) for c in configs], Store(tmp_path), len(configs))
+    torch.cuda.reset_peak_memory_stats()
+    for _ in range(6):  # three warm-up steps, the capture, replays
+        group.step()
+    assert group.graphed is not None and group.graphed.captures == 1
+    training = torch.cuda.max_memory_allocated()
+    del group
+    torch.cuda.empty_cache()
+    torch.cuda.set_per_process_memory_fraction(1.5 * training / torch.cuda.get_device_properties(0).total_memory)
+    try:
+        row = count_case(case, 16, "cuda")
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+        torch.cuda.empty_cache()
+    assert row["step_mode"] == "cuda graph (captured 1 time)" and row["ops"] < row["kernels"]

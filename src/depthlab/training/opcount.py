@@ -7,7 +7,8 @@ machine.
 
 For each case of ``training.throughput`` and group size, a group is built as the engine builds it, trained a few
 steps (the optimizer's state, the data stream and the autotuners settle; on CUDA the step is captured as a graph
-then, and the profiled steps are its replays), then ``steps`` steps are profiled:
+then, and the profiled steps are its replays), then ``steps`` steps are profiled. The parts of a step
+(``optimizer_ops``, ``data_ops``) are counted before, on eager steps, after a few unprofiled ones:
 
 - ``ops``: every ATen operation, nested ones included (``aten::reshape`` calling ``aten::view`` counts two;
   what ``torch.profiler``'s ``key_averages`` sums), per step;
@@ -27,9 +28,9 @@ import torch
 from torch.profiler import profile
 
 from ..store import Store
-from .device import GRAPH_WARMUP_STEPS, is_device_event, profiler_activities, resolve_device, synchronize
+from .device import is_device_event, profiler_activities, resolve_device, synchronize
 from .engine import Group
-from .throughput import CASES, Case, bench_configs
+from .throughput import CASES, WARMUP_STEPS, Case, bench_configs
 
 
 def _counted(fn: Callable[[], Any], times: int, device: torch.device) -> dict[str, float]:
@@ -47,16 +48,12 @@ def _counted(fn: Callable[[], Any], times: int, device: torch.device) -> dict[st
 
 
 def count_case(case: Case, runs: int, device: str = "cpu", steps: int = 5,
-               warmup: int = GRAPH_WARMUP_STEPS + 2) -> dict[str, Any]:
+               warmup: int = WARMUP_STEPS) -> dict[str, Any]:
     """The operation counts of one training step of ``case`` with ``runs`` runs in the group."""
     configs = bench_configs(case, runs, "fp32", device)
     with tempfile.TemporaryDirectory() as folder:
         group = Group([(c, Store.run_id(c.to_dict())) for c in configs], Store(folder), runs)
-        for _ in range(warmup):
-            group.step()
         where = group.device
-        whole = _counted(group.step, steps, where)
-        data = _counted(group.next_batch, steps, where)
         x, y = group.next_batch()
 
         def backward_then_update() -> None:
@@ -68,7 +65,17 @@ def count_case(case: Case, runs: int, device: str = "cpu", steps: int = 5,
             group.opt.zero_grad()
             group.losses(x, y)[0].sum().backward()
 
+        # The eager parts before the step is captured: a CUDA graph keeps the memory of its step's activations
+        # for its replays, and an eager step beside it needs as much again (256 retrieval runs ran out of
+        # memory on the H100 so). Their activations are freed here; the capture may reuse that memory.
+        for _ in range(warmup):
+            group.next_batch()
+            backward_then_update()
+        data = _counted(group.next_batch, steps, where)
         both, without = _counted(backward_then_update, steps, where), _counted(backward_only, steps, where)
+        for _ in range(warmup):
+            group.step()
+        whole = _counted(group.step, steps, where)
         mode = group.step_mode()
     row = {"name": case.name, "runs": runs, "device": str(where), "parameter_tensors": len(group.names),
            "ops": whole["ops"], "top_ops": whole["top_ops"], "optimizer_ops": both["ops"] - without["ops"],
