@@ -152,7 +152,7 @@ def test_counting_a_steps_operations_fits_in_the_gpu_memory_training_needs(tmp_p
     are counted first, and counting fits under a memory cap of 1.5 times training's own peak."""
     case = next(c for c in CASES if c.name == "retrieval")
     configs = bench_configs(case, 16, "fp32", "cuda")
-    group = engine.Group([(c, Store.run_id(c.to_dict())) for c in configs], Store(tmp_path), len(configs))
+    group = _group(tmp_path, configs)
     torch.cuda.reset_peak_memory_stats()
     for _ in range(6):  # three warm-up steps, the capture, replays
         group.step()
