@@ -238,3 +238,22 @@ def test_text_in_square_brackets_is_printed_as_written_not_read_as_rich_markup()
     table.add_row("[min_length, N]", "[/]")
     text = " ".join(" ".join(rendered(table)).split())
     assert all(s in text for s in ("[red]title", "[bold]", "[min_length, N]", "[/]", "uniform in [min_length, N]"))
+
+
+def test_a_length_table_too_wide_for_its_frame_drops_the_frame_before_folding_a_name():
+    """seed003-equality at medium scale: three tasks, six lengths (N = 16-100). Framed at 80 columns, "eq_random"
+    folded to "eq_ra"/"ndom" and each row took three lines; unframed, each row keeps one line and every name whole."""
+    from depthlab.analysis.lengths import length_table
+
+    rows = [{"task_label": task, "label": label, "model": label, "length": n, "accuracy": 0.865, "seeds": 1,
+             "tried": 1, "settings": {}, "state_size": 25600, "chance": 0.5, "eval_protocol": "fresh strings",
+             "eval_examples": 1000}
+            for task, lengths in (("eq_random", (20, 50, 100)), ("eq_one", (20, 50, 100)), ("eq_ncp", (16, 32, 64)))
+            for label in ("TF-(2, 64)", "LSTM-(1, 64)", "DSS-(2, 64)", "Mamba-(1, 64)") for n in lengths]
+    lines = rendered(length_table(rows, "seed 003 string equality across lengths (seed 003 Figure 4)"))
+    assert max(len(line) for line in lines) <= 80
+    body = [line for line in lines if line.lstrip().startswith("eq_")]
+    assert len(body) == 12 and not any("│" in line for line in lines)
+    assert all(("eq_random" in line or "eq_one" in line or "eq_ncp" in line) and "-(" in line for line in body)
+    assert sum(line.count("0.865") for line in body) == 36
+    assert "N=16" in lines[1] + lines[2] + lines[3] and any("N=100" in line for line in lines)

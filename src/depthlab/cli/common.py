@@ -216,7 +216,7 @@ TEXT_WIDTH = 80  # a table's title and caption wrap at this width (or the termin
 class _Fitted:
     """Rendered at the console's width, in the first layout whose narrowest form fits it: names on one line and
     headers' words whole; the same with one space between a compact table's columns instead of two; names on one
-    line; names' words whole; anything folded."""
+    line; names' words whole. A framed table tries the same layouts unframed (compact) before anything is folded."""
 
     LAYOUTS = (("whole", True, False), ("whole", True, True), ("whole", False, False), ("words", False, False))
 
@@ -236,22 +236,25 @@ class _Fitted:
 
     def _layout(self, console: Console, options: ConsoleOptions) -> RichTable:
         unbounded = options.update_width(1 << 16)  # rich clamps a measurement to the width it is given
-        for names, header_words, tight in self.LAYOUTS:  # measured on the cells (a header's words count if whole)
-            if tight and not self.table.compact:  # a framed table keeps a space each side of its rules
-                continue
-            narrowest = _rich_table(self.table, names, header_words, tight, header=False)
-            if Measurement.get(console, unbounded, narrowest).minimum <= options.max_width:
-                return _rich_table(self.table, names, header_words, tight)
-        return _rich_table(self.table, "fold", False)
+        # a framed table that fits in no framed layout drops its frame (rules under the header only) before folding
+        for compact in dict.fromkeys((self.table.compact, True)):
+            for names, header_words, tight in self.LAYOUTS:  # measured on the cells (a header's words count if whole)
+                if tight and not compact:  # a framed table keeps a space each side of its rules
+                    continue
+                narrowest = _rich_table(self.table, names, header_words, tight, compact, header=False)
+                if Measurement.get(console, unbounded, narrowest).minimum <= options.max_width:
+                    return _rich_table(self.table, names, header_words, tight, compact)
+        return _rich_table(self.table, "fold", False, compact=True)
 
 
-def _rich_table(table: Table, names: str, header_words: bool, tight: bool = False, header: bool = True) -> RichTable:
+def _rich_table(table: Table, names: str, header_words: bool, tight: bool = False, compact: bool = False,
+                header: bool = True) -> RichTable:
     """``names``: how a ``no_wrap`` left column's cells may break: ``whole`` (never), ``words`` (between words),
     ``fold`` (anywhere); ``header_words``: no column narrower than its header's longest word; ``tight``: no padding
-    (a compact table's columns one space apart)."""
+    (a compact table's columns one space apart); ``compact``: rules under the header only, no frame."""
     text = lambda value: None if value is None else escape(str(value))  # noqa: E731  (data, never rich markup)
     out = RichTable(show_header=header,  # the title and caption are drawn by _Fitted, at their own width
-                    **({"box": box.SIMPLE_HEAD, "pad_edge": False, "collapse_padding": True} if table.compact else {}),
+                    **({"box": box.SIMPLE_HEAD, "pad_edge": False, "collapse_padding": True} if compact else {}),
                     **({"padding": 0} if tight else {}))
     for i, column in enumerate(table.columns):
         cells = [str(row[i]) for row in table.rows]
