@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 
 import pytest
 from rich.console import Console
@@ -163,6 +164,35 @@ def test_depthlab_runs_shows_the_learning_rate_and_ids_that_name_their_runs(icqa
     code, out, _ = depthlab_main("runs", "--store", str(store.root), "--json")
     rows = json.loads(out)["runs"]
     assert {r["settings"]["train.lr"] for r in rows} == {0.003, 0.01} and len({r["cell"] for r in rows}) == 4
+
+
+def test_depthlab_runs_shows_a_regression_runs_final_loss_where_it_has_no_accuracy(tmp_path, depthlab_main,
+                                                                                   monkeypatch):
+    """seed002-layers' store (retrieval_vec: a loss, no accuracy) listed an "accuracy" column of "—" only."""
+    store = Store(tmp_path / "store")
+    monkeypatch.setenv("COLUMNS", "80")
+    raw = {"task": {"name": "retrieval_vec", "N": 2, "D": 3, "K": 2, "target": "ic"},
+           "model": {"name": "transformer", "width": 8, "heads": 2, "layers": 1}, "train": {"steps": 20}}
+    done = store.create_run(parse_run(raw).to_dict(), "retrieval_vec", "transformer")
+    store.finish_run(done, {"loss": 0.0261, "steps": 20}, step=20)
+    stopped = store.create_run(parse_run({**raw, "seed": 1}).to_dict(), "retrieval_vec", "transformer")
+    store.set_status(stopped, "interrupted", step=12)
+
+    def listing() -> tuple[str, dict[str, str]]:
+        code, out, _ = depthlab_main("runs", "--store", str(store.root))
+        assert code == 0 and max(len(line) for line in out.splitlines()) <= int(os.environ["COLUMNS"])
+        header = next(line for line in out.splitlines() if " id " in line)
+        return header, {i: next(line for line in out.splitlines() if line.split()[:1] == [i[:8]])
+                        for i in (done, stopped)}
+
+    header, lines = listing()
+    assert header.split()[-1] == "loss" and "accuracy" not in header
+    assert lines[done].split()[-1] == "0.0261" and lines[stopped].split()[-2:] == ["12", "—"]
+    write_run(store, {"task": ICQA, "model": {"name": "attention_only", "layers": 1}}, 0.9)  # with an accuracy
+    monkeypatch.setenv("COLUMNS", "100")  # at 80, "layers" and "accuracy" fold onto two lines
+    header, lines = listing()
+    assert header.split()[-2:] == ["accuracy", "loss"]
+    assert lines[done].split()[-2:] == ["—", "0.0261"]
 
 
 def test_the_report_shows_the_learning_rate_and_splits_the_heat_map(icqa_store, tmp_path):

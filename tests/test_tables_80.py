@@ -257,3 +257,26 @@ def test_a_length_table_too_wide_for_its_frame_drops_the_frame_before_folding_a_
     assert all(("eq_random" in line or "eq_one" in line or "eq_ncp" in line) and "-(" in line for line in body)
     assert sum(line.count("0.865") for line in body) == 36
     assert "N=16" in lines[1] + lines[2] + lines[3] and any("N=100" in line for line in lines)
+
+
+def test_a_listing_too_wide_for_every_layout_folds_a_header_and_crops_no_column():
+    """`depthlab runs` on seed002-layers' medium store (settings D and target, "interrupted" runs): no layout fitted
+    80 columns, rich shrank what it could and cropped the rest — the last column's header read "accura" and its
+    cells ("—") were gone. Every cell is now on its row's line and every header is there, folded where it must."""
+    from depthlab.analysis.tables import Column, Table
+
+    table = Table([Column("id", no_wrap=True), Column("task", no_wrap=True), Column("model", no_wrap=True),
+                   Column("layers", "right"), Column("D", "right"), Column("target", "right"), Column("seed", "right"),
+                   Column("status"), Column("step", "right"), Column("accuracy", "right", no_wrap=True)],
+                  compact=True)
+    rows = [("bc196c0b", "retrieval_vec", "transformer", "1", "3", "non_ic", "0", "interrupted", "5000", "—"),
+            ("d02fde5a", "retrieval_vec", "transformer", "3", "5", "ic", "2", "done", "572", "0.0261")]
+    for row in rows:
+        table.add_row(*row)
+    lines = rendered(table)
+    assert max(map(len, lines)) <= 80
+    for row in rows:
+        (line,) = [line for line in lines if row[0] in line]
+        assert line.split() == list(row)
+    head = lines[: next(i for i, line in enumerate(lines) if "─" in line)]  # every header's every letter
+    assert sorted("".join(head).replace(" ", "")) == sorted("".join(c.header for c in table.columns))

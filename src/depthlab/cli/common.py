@@ -9,10 +9,11 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 
 import typer
 from rich import box
+from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, RenderableType
 from rich.constrain import Constrain
 from rich.markup import escape
@@ -205,8 +206,9 @@ def rich_table(table: Table) -> RenderableType:
     """``table`` for rich to print. Where the terminal is narrow (80 columns when piped) a right-aligned column (a
     number's) is never narrower than the widest word of its cells, so a cell may wrap between words ("0.987" over
     "(lr 1e-03)") but no number is split or cut; a ``no_wrap`` column (a name's) keeps each cell on one line while
-    the table still fits, and wraps like the others where it would not (no column is ever cropped); a word too
-    long for its column (a header's) folds onto the next line rather than losing its end to an ellipsis."""
+    the table still fits, and wraps like the others where it would not; a word too long for its column (a
+    header's) folds onto the next line. No column is ever cropped: the column widths are chosen here, within
+    what each layout allows, not left to rich (which crops a table whose columns cannot all shrink)."""
     return _Fitted(table)
 
 
@@ -216,9 +218,14 @@ TEXT_WIDTH = 80  # a table's title and caption wrap at this width (or the termin
 class _Fitted:
     """Rendered at the console's width, in the first layout whose narrowest form fits it: names on one line and
     headers' words whole; the same with one space between a compact table's columns instead of two; names on one
-    line; names' words whole. A framed table tries the same layouts unframed (compact) before anything is folded."""
+    line (headers fold); names' words whole (a compact table at one space, a framed one at its padding). A framed
+    table tries each layout unframed (compact) before the next, so a frame goes before a header folds. The first
+    choice is a layout that keeps every ``no_wrap`` column's cells (names, "0.996 ± 0.006") on one line, then any
+    that fits; the last resort folds every name and header, then numbers too, so that every cell is shown."""
 
-    LAYOUTS = (("whole", True, False), ("whole", True, True), ("whole", False, False), ("words", False, False))
+    LAYOUTS = (("whole", True, False), ("whole", True, True), ("whole", False, True), ("whole", False, False),
+               ("words", False, True), ("words", False, False))  # (names, header_words, tight)
+    LAST_RESORT = (("fold", False, True), ("numbers", False, True))
 
     def __init__(self, table: Table) -> None:
         self.table = table
@@ -235,42 +242,96 @@ class _Fitted:
                             width)
 
     def _layout(self, console: Console, options: ConsoleOptions) -> RichTable:
-        unbounded = options.update_width(1 << 16)  # rich clamps a measurement to the width it is given
-        # a framed table that fits in no framed layout drops its frame (rules under the header only) before folding
-        for compact in dict.fromkeys((self.table.compact, True)):
-            for names, header_words, tight in self.LAYOUTS:  # measured on the cells (a header's words count if whole)
-                if tight and not compact:  # a framed table keeps a space each side of its rules
-                    continue
-                narrowest = _rich_table(self.table, names, header_words, tight, compact, header=False)
-                if Measurement.get(console, unbounded, narrowest).minimum <= options.max_width:
-                    return _rich_table(self.table, names, header_words, tight, compact)
-        return _rich_table(self.table, "fold", False, compact=True)
+        layouts = [(names, header_words, tight, compact)
+                   for names, header_words, tight in self.LAYOUTS
+                   for compact in dict.fromkeys((self.table.compact, True))
+                   if compact or not tight]  # a framed table keeps a space each side of its rules
+        layouts += [(names, header_words, tight, True) for names, header_words, tight in self.LAST_RESORT]
+        sized = [(tight, compact, options.max_width - _frame_width(console, self.table, tight, compact),
+                  _column_ranges(self.table, names, header_words))
+                 for names, header_words, tight, compact in layouts]
+        # first a layout that keeps every no_wrap column's cells on one line, then one that fits at all
+        fitting = [entry for floor in ("one_line", "least") for entry in sized
+                   if sum(getattr(r, floor) for r in entry[3]) <= entry[2]]
+        tight, compact, room, ranges = fitting[0] if fitting else sized[-1]
+        return _rich_table(self.table, _shrink(ranges, room), tight, compact)
 
 
-def _rich_table(table: Table, names: str, header_words: bool, tight: bool = False, compact: bool = False,
-                header: bool = True) -> RichTable:
-    """``names``: how a ``no_wrap`` left column's cells may break: ``whole`` (never), ``words`` (between words),
-    ``fold`` (anywhere); ``header_words``: no column narrower than its header's longest word; ``tight``: no padding
-    (a compact table's columns one space apart); ``compact``: rules under the header only, no frame."""
-    text = lambda value: None if value is None else escape(str(value))  # noqa: E731  (data, never rich markup)
-    out = RichTable(show_header=header,  # the title and caption are drawn by _Fitted, at their own width
-                    **({"box": box.SIMPLE_HEAD, "pad_edge": False, "collapse_padding": True} if compact else {}),
-                    **({"padding": 0} if tight else {}))
+class _Range(NamedTuple):
+    """A column's widths in terminal cells: ``least`` (the narrowest its layout allows), ``widest`` (its widest
+    header or cell), ``one_line`` (the narrowest that keeps a ``no_wrap`` column's cells on one line) and
+    ``header_word`` (its header's width if the header is one word, else 0)."""
+
+    least: int
+    widest: int
+    one_line: int
+    header_word: int
+
+
+def _column_ranges(table: Table, names: str, header_words: bool) -> list[_Range]:
+    """Each column's widths under a layout. ``names``: how a ``no_wrap`` left column's cells may break: ``whole``
+    (never), ``words`` (between words), ``fold`` (anywhere, as may every left column's); ``numbers``: every column
+    folds, numbers too (the very last resort). ``header_words``: no column narrower than its header's longest word
+    (else a header folds)."""
+    ranges = []
     for i, column in enumerate(table.columns):
         cells = [str(row[i]) for row in table.rows]
-        widest = max((len(word) for cell in cells for word in cell.split()), default=0)
-        longest = max(map(len, cells), default=0)
-        if column.justify == "right":
+        widest = max((cell_len(word) for cell in cells for word in cell.split()), default=0)
+        longest = max(map(cell_len, cells), default=0)
+        if names == "numbers":
+            least = 1
+        elif column.justify == "right":
             least = widest
-        elif column.no_wrap:
-            least = {"whole": longest, "words": widest, "fold": 0}[names]
+        elif names == "fold":
+            least = 1
+        elif column.no_wrap and names == "whole":
+            least = longest
         else:
-            least = 0
+            least = widest
+        word_lengths = [cell_len(word) for word in column.header.split()]
         if header_words:
-            least = max([least, *(len(word) for word in column.header.split())])
-        out.add_column(text(column.header), justify=column.justify, overflow="fold", min_width=least or None,
-                       no_wrap=column.no_wrap and (column.justify == "right" or names == "whole"))
-    for row in table.rows:
+            least = max([least, *word_lengths])
+        least = max(least, 1)
+        ranges.append(_Range(least, max(longest, cell_len(column.header), least),
+                             max(least, longest) if column.no_wrap else least,
+                             word_lengths[0] if len(word_lengths) == 1 else 0))
+    return ranges
+
+
+def _shrink(ranges: list[_Range], room: int) -> list[int]:
+    """Column widths that fit ``room``: each column as wide as its widest cell, then the widest column that can
+    shrink loses one cell at a time (a long name or header wraps first) until the table fits or none can; a
+    ``no_wrap`` column's cells go onto more lines only once no other column can shrink. A one-word header that
+    must fold folds in halves ("lay" over "ers", not "layer" over "s")."""
+    widths = [r.widest for r in ranges]
+    for floors in ([r.one_line for r in ranges], [r.least for r in ranges]):
+        while sum(widths) > room:
+            shrinkable = [i for i, width in enumerate(widths) if width > floors[i]]
+            if not shrinkable:
+                break
+            i = max(shrinkable, key=lambda i: widths[i])
+            half = -(-ranges[i].header_word // 2)
+            widths[i] = max(floors[i], half) if widths[i] == ranges[i].header_word else widths[i] - 1
+    return widths
+
+
+def _frame_width(console: Console, table: Table, tight: bool, compact: bool) -> int:
+    """The cells a table's rules and padding take beside its columns' content."""
+    probe = _rich_table(table, [1] * len(table.columns), tight, compact, rows=False)
+    return Measurement.get(console, console.options.update_width(1 << 16), probe).maximum - len(table.columns)
+
+
+def _rich_table(table: Table, widths: list[int], tight: bool = False, compact: bool = False,
+                rows: bool = True) -> RichTable:
+    """``table`` with columns of the given content ``widths``; ``tight``: no padding (a compact table's columns
+    one space apart); ``compact``: rules under the header only, no frame. A cell wider than its column wraps
+    between words, and a word wider than it folds (widths come from :func:`_column_ranges`, which says when)."""
+    text = lambda value: None if value is None else escape(str(value))  # noqa: E731  (data, never rich markup)
+    out = RichTable(**({"box": box.SIMPLE_HEAD, "pad_edge": False, "collapse_padding": True} if compact else {}),
+                    **({"padding": 0} if tight else {}))  # the title and caption are drawn by _Fitted
+    for column, width in zip(table.columns, widths, strict=True):
+        out.add_column(text(column.header), justify=column.justify, overflow="fold", width=width)
+    for row in table.rows if rows else ():
         out.add_row(*map(text, row))
     return out
 

@@ -191,24 +191,41 @@ def _common(a: str, b: str) -> int:
 
 
 def _show_runs(rows: list[dict[str, Any]], every: list[str]) -> None:
-    """The runs as a table that fits 80 columns: ids by a unique prefix, the settings that vary as columns."""
+    """The runs as a table that fits 80 columns: ids by a unique prefix, the settings that vary as columns, and
+    each finished run's final accuracy, or its final loss where its task has no accuracy (a regression task's)."""
     from ..cells import short_names, value_text
 
     fields = list(rows[0]["settings"]) if rows else []
     names = short_names(fields)
     ids = short_ids([r["id"] for r in rows], every)
+    scores = final_scores(rows)
     table = Table([Column("id", no_wrap=True), Column("task", no_wrap=True), Column("model", no_wrap=True),
                    Column("layers", "right"),
                    *[Column(names[f], "right") for f in fields], Column("seed", "right"), Column("status"),
-                   Column("step", "right"), Column("accuracy", "right", no_wrap=True)],
+                   Column("step", "right"), *[Column(score, "right", no_wrap=True) for score in scores]],
                   caption="ids: a unique prefix (every command takes one); --json gives them whole" if rows else None,
                   compact=True)
     for r in rows:
-        acc = r["metrics"].get("accuracy")
         layers = "—" if r["layers"] is None else str(r["layers"])  # an llm-bench run has none
         table.add_row(ids[r["id"]], r["task"], r["model"], layers, *[value_text(r["settings"][f]) for f in fields],
-                      str(r["seed"]), r["status"], str(r["step"]), f"{acc:.3f}" if acc is not None else "—")
+                      str(r["seed"]), r["status"], str(r["step"]),
+                      *[_score_text(r["metrics"], score) for score in scores])
     show(table)
+
+
+def final_scores(rows: list[dict[str, Any]]) -> list[str]:
+    """The final metrics a runs table shows: ``accuracy``, and ``loss`` where a run has a loss and no accuracy
+    (then ``loss`` alone if no run has an accuracy)."""
+    accuracy = any(r["metrics"].get("accuracy") is not None for r in rows)
+    loss = any(r["metrics"].get("accuracy") is None and r["metrics"].get("loss") is not None for r in rows)
+    return ["accuracy"] * (accuracy or not loss) + ["loss"] * loss
+
+
+def _score_text(metrics: dict[str, Any], score: str) -> str:
+    value = metrics.get(score)
+    if value is None:
+        return "—"
+    return f"{value:.3f}" if score == "accuracy" else f"{value:.3g}"  # a loss may be 4e-05: three figures
 
 
 FormatOpt = Annotated[str | None, typer.Option(
