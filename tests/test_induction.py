@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 
@@ -11,6 +12,7 @@ import torch
 from typer.testing import CliRunner
 
 from depthlab.draw.induction import write_figures
+from depthlab.induction import tl
 from depthlab.induction.measure import bleeding, log_odds_conditions, nearest_tokens, powers, strengths
 from depthlab.induction.sequences import (
     Protocol,
@@ -23,9 +25,10 @@ from depthlab.induction.sequences import (
 )
 from depthlab.induction.study import Settings, run_study, summary
 
-pytest.importorskip("transformer_lens")
-
-from depthlab.induction import tl
+# skipped without TransformerLens, which is imported by the tests that use it, not at collection (2 s in every
+# pytest-xdist worker)
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("transformer_lens") is None,
+                                reason="transformer_lens is not installed")
 
 TINY = {"n_layers": 2, "d_model": 32, "n_heads": 2, "d_head": 16, "d_mlp": None, "attn_only": True, "n_ctx": 24,
         "d_vocab": 40, "act_fn": "relu", "normalization_type": "LN", "positional_embedding_type": "standard",

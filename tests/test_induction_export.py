@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import numpy as np
@@ -12,15 +13,17 @@ from typer.testing import CliRunner
 from depthlab.analysis.runs import LoadedRun
 from depthlab.config import parse_run
 from depthlab.errors import UserError
+from depthlab.induction import tl
 from depthlab.models import TaskShapes, build_model
 from depthlab.models.export import transformerlens_export, write_export
 from depthlab.store import Store
 from depthlab.tasks import TASKS
 from depthlab.training.checkpoint import save_checkpoint
 
-pytest.importorskip("transformer_lens")
-
-from depthlab.induction import tl
+# skipped without TransformerLens, which is imported by the tests that use it, not at collection (2 s in every
+# pytest-xdist worker)
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("transformer_lens") is None,
+                                reason="transformer_lens is not installed")
 
 TASK = {"name": "induction", "n_tokens": 20, "length": 12}
 

@@ -18,8 +18,10 @@ if importlib.util.find_spec("depthlab") is None:  # running from a checkout with
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
-tokenizers = pytest.importorskip("tokenizers")
+# skipped without transformers and tokenizers, which the tests import where they use them, not at collection (2 s in
+# every pytest-xdist worker)
+pytestmark = pytest.mark.skipif(any(importlib.util.find_spec(name) is None for name in ("transformers", "tokenizers")),
+                                reason="transformers and tokenizers are not installed")
 
 import typer  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402

@@ -10,6 +10,7 @@ tokenizer of the task's vocabulary).
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,14 +19,14 @@ import pytest
 import torch
 
 from depthlab.config import parse_run
+from depthlab.induction import tl
 from depthlab.models import FactoredMatrix, SingleRunModel, TaskShapes, build_model
 from depthlab.models.export import transformerlens_export, write_export
 
-pytest.importorskip("transformer_lens")
-
-from transformer_lens.FactoredMatrix import FactoredMatrix as TLFactoredMatrix
-
-from depthlab.induction import tl
+# skipped without TransformerLens, which is imported by the tests that use it, not at collection (2 s in every
+# pytest-xdist worker)
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("transformer_lens") is None,
+                                reason="transformer_lens is not installed")
 
 TASK = {"name": "icqa", "k": 2, "n_q": 4, "n_a": 4}
 MODELS = {
@@ -158,6 +159,8 @@ def test_tokenizer_calls_equal_transformerlens_with_the_task_vocabulary(pair):
 
 
 def test_factored_matrix_equals_transformerlens():
+    from transformer_lens.FactoredMatrix import FactoredMatrix as TLFactoredMatrix
+
     gen = torch.Generator().manual_seed(0)
 
     def randn(*shape: int) -> torch.Tensor:
