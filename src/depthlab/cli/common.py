@@ -22,7 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table as RichTable
 from rich.text import Text
 
-from ..analysis.tables import Table
+from ..analysis.tables import Column, Table
 from ..errors import UserError
 
 if TYPE_CHECKING:
@@ -247,8 +247,12 @@ class _Fitted:
                    for compact in dict.fromkeys((self.table.compact, True))
                    if compact or not tight]  # a framed table keeps a space each side of its rules
         layouts += [(names, header_words, tight, True) for names, header_words, tight in self.LAST_RESORT]
-        sized = [(tight, compact, options.max_width - _frame_width(console, self.table, tight, compact),
-                  _column_ranges(self.table, names, header_words))
+        texts = [_ColumnText.of(column, [str(row[i]) for row in self.table.rows])  # measured once, not per layout
+                 for i, column in enumerate(self.table.columns)]
+        frames = {(tight, compact): _frame_width(console, self.table, tight, compact)
+                  for _, _, tight, compact in layouts}
+        sized = [(tight, compact, options.max_width - frames[tight, compact],
+                  [text.range(names, header_words) for text in texts])
                  for names, header_words, tight, compact in layouts]
         # first a layout that keeps every no_wrap column's cells on one line, then one that fits at all
         fitting = [entry for floor in ("one_line", "least") for entry in sized
@@ -268,34 +272,44 @@ class _Range(NamedTuple):
     header_word: int
 
 
-def _column_ranges(table: Table, names: str, header_words: bool) -> list[_Range]:
-    """Each column's widths under a layout. ``names``: how a ``no_wrap`` left column's cells may break: ``whole``
-    (never), ``words`` (between words), ``fold`` (anywhere, as may every left column's); ``numbers``: every column
-    folds, numbers too (the very last resort). ``header_words``: no column narrower than its header's longest word
-    (else a header folds)."""
-    ranges = []
-    for i, column in enumerate(table.columns):
-        cells = [str(row[i]) for row in table.rows]
-        widest = max((cell_len(word) for cell in cells for word in cell.split()), default=0)
-        longest = max(map(cell_len, cells), default=0)
+class _ColumnText(NamedTuple):
+    """What a column's widths depend on, in terminal cells: its cells' widest word and longest cell, its header's
+    width and the widths of its header's words."""
+
+    justify: str
+    no_wrap: bool
+    widest_word: int
+    longest: int
+    header: int
+    header_words: tuple[int, ...]
+
+    @classmethod
+    def of(cls, column: Column, cells: list[str]) -> _ColumnText:
+        return cls(column.justify, column.no_wrap,
+                   max((cell_len(word) for cell in cells for word in cell.split()), default=0),
+                   max(map(cell_len, cells), default=0), cell_len(column.header),
+                   tuple(cell_len(word) for word in column.header.split()))
+
+    def range(self, names: str, header_words: bool) -> _Range:
+        """The column's widths under a layout. ``names``: how a ``no_wrap`` left column's cells may break:
+        ``whole`` (never), ``words`` (between words), ``fold`` (anywhere, as may every left column's); ``numbers``:
+        every column folds, numbers too (the very last resort). ``header_words``: no column narrower than its
+        header's longest word (else a header folds)."""
         if names == "numbers":
             least = 1
-        elif column.justify == "right":
-            least = widest
+        elif self.justify == "right":
+            least = self.widest_word
         elif names == "fold":
             least = 1
-        elif column.no_wrap and names == "whole":
-            least = longest
+        elif self.no_wrap and names == "whole":
+            least = self.longest
         else:
-            least = widest
-        word_lengths = [cell_len(word) for word in column.header.split()]
+            least = self.widest_word
         if header_words:
-            least = max([least, *word_lengths])
+            least = max([least, *self.header_words])
         least = max(least, 1)
-        ranges.append(_Range(least, max(longest, cell_len(column.header), least),
-                             max(least, longest) if column.no_wrap else least,
-                             word_lengths[0] if len(word_lengths) == 1 else 0))
-    return ranges
+        return _Range(least, max(self.longest, self.header, least), max(least, self.longest) if self.no_wrap else least,
+                      self.header_words[0] if len(self.header_words) == 1 else 0)  # one word folds in halves
 
 
 def _shrink(ranges: list[_Range], room: int) -> list[int]:
@@ -325,7 +339,7 @@ def _rich_table(table: Table, widths: list[int], tight: bool = False, compact: b
                 rows: bool = True) -> RichTable:
     """``table`` with columns of the given content ``widths``; ``tight``: no padding (a compact table's columns
     one space apart); ``compact``: rules under the header only, no frame. A cell wider than its column wraps
-    between words, and a word wider than it folds (widths come from :func:`_column_ranges`, which says when)."""
+    between words, and a word wider than it folds (widths come from :meth:`_ColumnText.range`, which says when)."""
     text = lambda value: None if value is None else escape(str(value))  # noqa: E731  (data, never rich markup)
     out = RichTable(**({"box": box.SIMPLE_HEAD, "pad_edge": False, "collapse_padding": True} if compact else {}),
                     **({"padding": 0} if tight else {}))  # the title and caption are drawn by _Fitted

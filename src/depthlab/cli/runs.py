@@ -198,7 +198,7 @@ def _show_runs(rows: list[dict[str, Any]], every: list[str]) -> None:
     fields = list(rows[0]["settings"]) if rows else []
     names = short_names(fields)
     ids = short_ids([r["id"] for r in rows], every)
-    scores = final_scores(rows)
+    scores = _final_scores(rows)
     table = Table([Column("id", no_wrap=True), Column("task", no_wrap=True), Column("model", no_wrap=True),
                    Column("layers", "right"),
                    *[Column(names[f], "right") for f in fields], Column("seed", "right"), Column("status"),
@@ -213,7 +213,7 @@ def _show_runs(rows: list[dict[str, Any]], every: list[str]) -> None:
     show(table)
 
 
-def final_scores(rows: list[dict[str, Any]]) -> list[str]:
+def _final_scores(rows: list[dict[str, Any]]) -> list[str]:
     """The final metrics a runs table shows: ``accuracy``, and ``loss`` where a run has a loss and no accuracy
     (then ``loss`` alone if no run has an accuracy)."""
     accuracy = any(r["metrics"].get("accuracy") is not None for r in rows)
