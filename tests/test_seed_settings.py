@@ -1,7 +1,7 @@
 """Every preset's paper scale against its seed (``settings:`` in each preset, ``depthlab.sweeps.settings``): each
-field a paper scale sets holds the seed's value or the one the documented table (docs/how-to/presets.md) lists with a reason; each listed
-``--set`` gives the seed's own; the documented table is the generated one; ``--explain`` and ``--list --json`` show
-the same data; a preset that drifts from its settings is caught."""
+field a paper scale sets holds the seed's value or the one the documented table lists with a reason; each listed
+``--set`` gives the seed's own; the table in docs/how-to/presets.md is the generated one; ``--explain`` and
+``--list --json`` show the same data; a preset that drifts from its settings is caught."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def cli(*args: str) -> str:
     assert result.exit_code == 0, result.output
     return result.stdout
 
-SETTINGS_PAGE = Path(__file__).parent.parent / "docs" / "how-to" / "presets.md"  # the site's "Seed settings against ours"
+SETTINGS_PAGE = Path(__file__).parent.parent / "docs" / "how-to" / "presets.md"  # "Seed settings against ours"
 TABLE = re.compile(r"<!-- settings-table:[^\n]*-->\n(.*?)<!-- /settings-table -->", re.S)
 
 

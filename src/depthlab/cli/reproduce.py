@@ -103,7 +103,8 @@ def reproduce(name: Annotated[str | None, typer.Argument(help="preset name, e.g.
 
 
 def _explain(name: str | None, markdown: bool, json_out: bool, scale: str) -> None:
-    """``--explain``: a preset's paper scale against its seed (or, with ``--markdown``, the documentation's table, docs/how-to/presets.md)."""
+    """``--explain``: a preset's paper scale against its seed (or, with ``--markdown``, the table of
+    docs/how-to/presets.md)."""
     from rich.markup import escape
 
     from ..analysis.tables import Table
