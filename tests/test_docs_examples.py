@@ -1,18 +1,17 @@
 """The code the documentation shows runs as shown: the README's ten-line example prints what the README says, and
-every Python block of the tutorials (docs/tutorials/*.md) runs, each page's blocks in order in one fresh
-interpreter in a scratch folder, printing what the comments after each ``print`` say."""
+every Python block of the tutorials (docs/tutorials/*.md) runs, each page's blocks in order in one namespace in a
+scratch folder, printing what the comments after each ``print`` say. Run in this process (its torch already
+imported), the task registry restored afterwards (the tutorial registers a task of its own)."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-import depthlab
+from depthlab import plugins
+from depthlab.tasks.base import TASKS
 
 ROOT = Path(__file__).resolve().parents[1]
 TUTORIALS = sorted((ROOT / "docs" / "tutorials").glob("*.md"))
@@ -24,15 +23,21 @@ def python_blocks(path: Path) -> list[str]:
     return PYTHON_BLOCK.findall(path.read_text(encoding="utf-8"))
 
 
-def run(code: str, cwd: Path) -> list[str]:
-    """``code`` in a fresh interpreter (the depthlab under test, one torch thread, no display); its stdout lines."""
-    src = str(Path(depthlab.__file__).parents[1])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]),
-           "OMP_NUM_THREADS": "1", "MPLBACKEND": "agg"}
-    result = subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True,
-                            timeout=600, check=False)
-    assert result.returncode == 0, result.stderr[-4000:]
-    return result.stdout.splitlines()
+@pytest.fixture
+def run(tmp_path, monkeypatch, capsys):
+    """Runs code as a script in a scratch folder and returns the lines it printed; registries restored after."""
+    monkeypatch.chdir(tmp_path)
+    tasks, loaded = dict(TASKS), dict(plugins.LOADED)
+
+    def run_code(code: str, name: str) -> list[str]:
+        capsys.readouterr()
+        exec(compile(code, name, "exec"), {"__name__": "__main__"})
+        return capsys.readouterr().out.splitlines()
+
+    yield run_code
+    for registry, before in ((TASKS, tasks), (plugins.LOADED, loaded)):
+        registry.clear()
+        registry.update(before)
 
 
 def shown_outputs(code: str) -> list[str]:
@@ -57,21 +62,21 @@ def matches(shown: str, printed: str) -> bool:
                for a, b in zip(NUMBER.findall(shown), NUMBER.findall(printed), strict=False))
 
 
-def test_the_readme_example_is_ten_lines_and_prints_what_the_readme_says(tmp_path):
+def test_the_readme_example_is_ten_lines_and_prints_what_the_readme_says(run):
     (code,) = [block for block in python_blocks(ROOT / "README.md") if "depthlab.sweep" in block]
     assert len(code.strip().splitlines()) <= 10
-    printed = run(code, tmp_path)
+    printed = run(code, "README.md")
     accuracy = {int(line.split()[0]): float(line.split()[1]) for line in printed if re.fullmatch(r"\d\s+[\d.]+", line)}
     assert abs(accuracy[1] - 1 / 3) < 0.01 and accuracy[2] >= 0.99  # "1 layer: 1/k = 0.33; 2 layers: 1.0"
     assert printed[-1] == "2 torch.Size([1, 1, 11, 11])"
 
 
 @pytest.mark.parametrize("page", TUTORIALS, ids=lambda page: page.stem)
-def test_every_python_block_of_a_tutorial_runs_and_prints_what_it_shows(page, tmp_path):
+def test_every_python_block_of_a_tutorial_runs_and_prints_what_it_shows(page, run):
     blocks = python_blocks(page)
     assert blocks, f"{page.name}: no Python block"
     code = "\n".join(blocks)
-    printed = run(code, tmp_path)
+    printed = run(code, page.name)
     shown = shown_outputs(code)
     assert len(printed) == len(shown) or not shown, (shown, printed)
     for expected, actual in zip(shown, printed, strict=False):
