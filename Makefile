@@ -22,7 +22,7 @@ demo: install
 	$(BIN)/depthlab reproduce seed001-depth --scale quick
 
 lint: install-test
-	$(BIN)/ruff check src tests benchmarks mutation
+	$(BIN)/ruff check src tests benchmarks mutation docs
 
 # Debian's Chromium for tests/test_report_browser.py (Playwright drives it; never `playwright install`).
 chromium:
@@ -38,7 +38,7 @@ docs: install
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 test: install-test chromium
-	$(BIN)/ruff check src tests benchmarks mutation
+	$(BIN)/ruff check src tests benchmarks mutation docs
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 	$(BIN)/python -m pytest -n 2 --dist loadfile
 
