@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # torch: the CPU build where the machine offers it (a local wheel here); the project's range admits it.
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: demo test lint install install-test clean chromium mutants
+.PHONY: demo test lint docs install install-test clean chromium mutants
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -16,13 +16,13 @@ install: $(BIN)/python
 	$(BIN)/pip install -q -e .
 
 install-test: $(BIN)/python
-	$(BIN)/pip install -q -e ".[test]"
+	$(BIN)/pip install -q -e ".[test,docs]"
 
 demo: install
 	$(BIN)/depthlab reproduce seed001-depth --scale quick
 
 lint: install-test
-	$(BIN)/ruff check src tests benchmarks mutation
+	$(BIN)/ruff check src tests benchmarks mutation docs
 
 # Debian's Chromium for tests/test_report_browser.py (Playwright drives it; never `playwright install`).
 chromium:
@@ -31,8 +31,15 @@ chromium:
 	  else echo "chromium is missing and cannot be installed here: the browser test will be skipped"; exit 0; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium; }
 
+# The documentation site into site/, offline (no fonts, scripts or inventories fetched); --strict: a broken link,
+# a missing page or a docstring mkdocstrings cannot read fails the build.
+docs: install
+	$(BIN)/pip install -q -e ".[docs]"
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 test: install-test chromium
-	$(BIN)/ruff check src tests benchmarks mutation
+	$(BIN)/ruff check src tests benchmarks mutation docs
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 	$(BIN)/python -m pytest -n 2 --dist loadfile
 
 # Mutation testing of the engine, the optimizer, checkpoints, data, the attention kernel and the constructions (not in
@@ -43,4 +50,4 @@ mutants: install-test
 	$(BIN)/python mutation/run.py
 
 clean:
-	rm -rf $(VENV) depthlab-runs .pytest_cache
+	rm -rf $(VENV) depthlab-runs .pytest_cache site

@@ -1,6 +1,6 @@
 """The shape of the code: which package may import which, and what no module may do.
 
-The packages of ``src/depthlab`` form layers (README, "Architecture"); dependencies point one way. Checked on the
+The packages of ``src/depthlab`` form layers (docs/architecture.md); dependencies point one way. Checked on the
 parsed source of every module, so a new import that breaks the layering fails here, not in review.
 """
 

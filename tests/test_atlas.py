@@ -174,7 +174,7 @@ def test_a_cell_below_the_lower_bound_is_marked_from_a_hand_made_store(tiny, tmp
 
 @pytest.fixture
 def kv_recall(monkeypatch):
-    """The README's example plugin task registered; the registries restored afterwards."""
+    """The example plugin task (examples/kv_recall.py) registered; the registries restored afterwards."""
     monkeypatch.setenv(plugins.ENV, "")
     tasks, loaded = dict(TASKS), dict(plugins.LOADED)
     plugins.load_plugin_file(Path(__file__).resolve().parents[1] / "examples" / "kv_recall.py")

@@ -61,7 +61,7 @@ def test_asking_for_cuda_without_it_is_one_line_and_exit_2_before_any_work(tmp_p
     assert code == 2 and out == "" and "Traceback" not in err
     assert err.strip().splitlines() == [
         f"error: --device: cuda asked for, but PyTorch sees no CUDA GPU here (torch {torch.__version__}, a CPU-only "
-        "build); use --device cpu (or auto), or install a CUDA build of torch (README, GPUs)"]
+        "build); use --device cpu (or auto), or install a CUDA build of torch (docs/how-to/gpus.md)"]
     assert not store.exists()  # nothing created
 
 

@@ -1,7 +1,7 @@
 """Every preset's paper scale against its seed (``settings:`` in each preset, ``depthlab.sweeps.settings``): each
-field a paper scale sets holds the seed's value or the one the README's table lists with a reason; each listed
-``--set`` gives the seed's own; the README's table is the generated one; ``--explain`` and ``--list --json`` show
-the same data; a preset that drifts from its settings is caught."""
+field a paper scale sets holds the seed's value or the one the documented table lists with a reason; each listed
+``--set`` gives the seed's own; the table in docs/how-to/presets.md is the generated one; ``--explain`` and
+``--list --json`` show the same data; a preset that drifts from its settings is caught."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def cli(*args: str) -> str:
     assert result.exit_code == 0, result.output
     return result.stdout
 
-README = Path(__file__).parent.parent / "README.md"
+SETTINGS_PAGE = Path(__file__).parent.parent / "docs" / "how-to" / "presets.md"  # "Seed settings against ours"
 TABLE = re.compile(r"<!-- settings-table:[^\n]*-->\n(.*?)<!-- /settings-table -->", re.S)
 
 
@@ -41,9 +41,9 @@ def test_every_paper_scale_holds_its_seed_settings(name):
     assert settings.check(name) == []
 
 
-def test_the_readme_table_is_the_generated_one():
-    found = TABLE.search(README.read_text(encoding="utf-8"))
-    assert found, "README: the settings table's markers are missing"
+def test_the_documented_table_is_the_generated_one():
+    found = TABLE.search(SETTINGS_PAGE.read_text(encoding="utf-8"))
+    assert found, f"{SETTINGS_PAGE}: the settings table's markers are missing"
     assert found.group(1) == settings.markdown(presets.preset_names())
 
 

@@ -1,4 +1,4 @@
-"""What a training step costs, measured so that a loaded machine cannot fail the test (README, Performance).
+"""What a training step costs, measured so that a loaded machine cannot fail the test (docs/performance/index.md).
 
 The run axis makes a group's step one forward and one backward for all its runs: a step of 16 runs calls the same
 ATen operations as a step of one run, only on bigger tensors, which is where the engine's speed-up at small sizes

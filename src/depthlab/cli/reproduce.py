@@ -57,7 +57,7 @@ def reproduce(name: Annotated[str | None, typer.Argument(help="preset name, e.g.
               explain: Annotated[bool, typer.Option("--explain", help="train nothing: the paper scale against the "
                                                     "seed, setting by setting (the seed's value and section, ours, "
                                                     "why they differ, the --set that runs the seed's own)")] = False,
-              markdown: Annotated[bool, typer.Option("--markdown", help="with --explain: the README's table of "
+              markdown: Annotated[bool, typer.Option("--markdown", help="with --explain: the documentation's table of "
                                                      "settings that differ (every preset without NAME)")] = False,
               plan: Annotated[bool, typer.Option("--plan", help="train nothing recorded: time a few steps of each "
                                                  "group shape here and project the scale's wall time")] = False,
@@ -103,7 +103,8 @@ def reproduce(name: Annotated[str | None, typer.Argument(help="preset name, e.g.
 
 
 def _explain(name: str | None, markdown: bool, json_out: bool, scale: str) -> None:
-    """``--explain``: a preset's paper scale against its seed (or, with ``--markdown``, the README's table)."""
+    """``--explain``: a preset's paper scale against its seed (or, with ``--markdown``, the table of
+    docs/how-to/presets.md)."""
     from rich.markup import escape
 
     from ..analysis.tables import Table

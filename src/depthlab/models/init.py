@@ -96,7 +96,7 @@ def bound_stream(model: Any, first_random: int, ratio: float = STREAM_RATIO) -> 
     10²⁶; 6 overflow float32). σ is positively homogeneous, so multiplying a head's W_QK by c > 0 multiplies its
     update by c and keeps every score's sign: the factor is set layer by layer, on the stream the rescaled layers
     below give. A probe row then grows by at most (1 + r/√L) per layer; on IC-TM's own sequences the largest row
-    grows 1.4-3.2× over the random layers and the logits stay below 1.1 at 2-8 layers (README, seed 001). A
+    grows 1.4-3.2× over the random layers and the logits stay below 1.1 at 2-8 layers (docs/results/seed001.md). A
     worst-case bound for every input (n ‖W_QK‖ ‖W_V‖ R² = 1/L, which this replaced) left the random layers adding
     ~10⁻⁴ of the stream on real data, and models trained from it stayed at chance at 3 and 4 layers
     (:data:`STREAM_RATIO` gives the measurements behind r). Only W_QK changes: the draws are those of ``random`` or

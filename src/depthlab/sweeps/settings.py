@@ -19,8 +19,8 @@ A preset's ``settings:`` list says, for the paper scale, one setting at a time:
 An entry ``{include: PRESET}`` takes that preset's settings too, except for the fields this preset's own settings
 name (its own replace every included setting of that field); included settings about runs this preset does not
 have are skipped. :func:`check` holds a paper scale to its settings (``tests/test_seed_settings.py`` runs it for every
-preset); :func:`explain` is ``depthlab reproduce NAME --explain``; :func:`markdown` writes the README's table
-"Seed settings against ours" from the same data.
+preset); :func:`explain` is ``depthlab reproduce NAME --explain``; :func:`markdown` writes the documentation's table
+"Seed settings against ours" (docs/how-to/presets.md) from the same data.
 """
 
 from __future__ import annotations
@@ -302,9 +302,9 @@ def applies(name: str) -> list[Setting]:
 
 
 def markdown(names: list[str]) -> str:
-    """The README's table: every setting where depthlab's paper scale differs from its seed or the seed names
-    no value, one row per setting (the presets that share it, through ``include:``, listed together), with the
-    ``--set`` changes that run the seed's own."""
+    """The documentation's table (docs/how-to/presets.md): every setting where depthlab's paper scale differs from
+    its seed or the seed names no value, one row per setting (the presets that share it, through ``include:``,
+    listed together), with the ``--set`` changes that run the seed's own."""
     grouped: dict[tuple[str, int], tuple[Setting, list[str]]] = {}
     for name in names:
         for s in applies(name):

@@ -46,7 +46,7 @@ def resolve_device(name: str, field: str = "train.device") -> torch.device:
     if not torch.cuda.is_available():
         build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
         raise UserError(f"{field}: {name} asked for, but PyTorch sees no CUDA GPU here (torch {torch.__version__}, "
-                        f"{build}); use --device cpu (or auto), or install a CUDA build of torch (README, GPUs)")
+                        f"{build}); use --device cpu (or auto), or install a CUDA build of torch (docs/how-to/gpus.md)")
     device = torch.device("cuda" if name == "auto" else name)
     count = torch.cuda.device_count()
     if device.index is not None and device.index >= count:
