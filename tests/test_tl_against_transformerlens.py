@@ -182,3 +182,33 @@ def test_factored_matrix_equals_transformerlens():
     }
     for name, (mine, other) in checks.items():
         torch.testing.assert_close(mine, other, msg=name)
+
+
+def test_kept_cache_takes_gradients_at_every_point_as_transformerlens(pair):
+    """``run_with_cache(detach=False)``: the gradient of a function of the logits with respect to a cached
+    activation, at points that depend on no trained weight in seed 001's model (the one-hot embeddings, the first
+    residual stream, the first layer's keys), equals TransformerLens' on the export (there, each activation made a
+    leaf by a forward hook, one point per forward pass: TransformerLens' own cache is always detached, and its
+    backward hooks miss the keys and queries that the ReLU hooks read)."""
+    names = ["hook_embed", "hook_pos_embed", "blocks.0.hook_resid_pre", "blocks.0.attn.hook_k",
+             "blocks.1.attn.hook_q"]
+    logits, cache = pair.ours.run_with_cache(pair.tokens, detach=False, read="all")
+    ours = torch.autograd.grad(logits[:, -1].logsumexp(-1).sum(), [cache[name] for name in names])
+
+    def their_gradient(name: str) -> torch.Tensor:
+        kept: list[torch.Tensor] = []
+
+        def as_leaf(activation: torch.Tensor, hook: Any) -> torch.Tensor:
+            kept.append(activation.detach().requires_grad_())
+            return kept[-1]
+
+        pair.theirs.hook_dict[name].add_hook(as_leaf, prepend=True)  # before the loader's ReLU hooks read it
+        try:
+            their_logits = pair.theirs(pair.tokens)
+        finally:
+            pair.theirs.reset_hooks()
+        return torch.autograd.grad(their_logits[:, -1].logsumexp(-1).sum(), kept)[0]
+
+    q_scale = pair.width**0.5 if pair.ours.cfg.model_name == "attention_only" else 1.0  # the export's q is √d' ours
+    for name, mine in zip(names, ours, strict=True):
+        close(mine, their_gradient(name) * (q_scale if name.endswith("hook_q") else 1.0), name)
