@@ -245,6 +245,20 @@ def test_backward_hooks_see_the_gradient_of_their_activation(name):
 # ------------------------------------------------------------------------------------------- picture
 
 
+def test_a_figure_as_a_cells_last_line_shows_in_jupyter_without_a_magic():
+    """IPython's display formatter (what Jupyter calls on a cell's last value) finds a PNG on depthlab's figures
+    with no ``%matplotlib inline`` run first: before, it found only ``<StyledFigure size … with 3 Axes>``."""
+    from IPython.core.formatters import DisplayFormatter
+
+    from depthlab import draw
+
+    model = single("attention_only")
+    x = examples(1)
+    fig = draw.attention(model.run_with_cache(x)[1], x)
+    data, _ = DisplayFormatter().format(fig)
+    assert data["image/png"][:8] == b"\x89PNG\r\n\x1a\n" and len(data["image/png"]) > 10_000
+
+
 def test_one_call_draws_every_layer_and_head_of_a_cache():
     import sys
 
