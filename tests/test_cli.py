@@ -39,6 +39,13 @@ def test_tasks_piped_at_80_columns_keeps_summaries_readable():
     assert max(map(len, result.stdout.splitlines())) <= 80
 
 
+def test_attention_help_says_how_the_patterns_are_indexed():
+    """Rich read "[layer][head][query][key]" as markup and dropped it: the help ended "prints the patterns, ."."""
+    result = runner.invoke(app, ["attention", "--help"], env={"COLUMNS": "200"})
+    text = " ".join(result.stdout.replace("│", " ").split())
+    assert "patterns as nested lists indexed by layer, head, query and key." in text, text[-400:]
+
+
 def test_tasks_json_lists_every_task_with_parameters():
     out = as_json(runner.invoke(app, ["tasks", "--json"]))
     names = {t["name"] for t in out["tasks"]}

@@ -245,6 +245,15 @@ def test_backward_hooks_see_the_gradient_of_their_activation(name):
 # ------------------------------------------------------------------------------------------- picture
 
 
+def test_a_cache_prints_as_a_summary_not_its_tensors():
+    model = single("attention_only")
+    _, cache = model.run_with_cache(examples(2))
+    text = repr(cache)
+    assert "tensor(" not in text and str(cache) == text and len(text.splitlines()) == len(cache) + 1
+    assert text.startswith(f"ActivationCache of {len(cache)} activations (attention_only)")
+    assert "  blocks.1.attn.hook_pattern [2, 2, 8, 8]" in text.splitlines()
+
+
 def test_a_figure_as_a_cells_last_line_shows_in_jupyter_without_a_magic():
     """IPython's display formatter (what Jupyter calls on a cell's last value) finds a PNG on depthlab's figures
     with no ``%matplotlib inline`` run first: before, it found only ``<StyledFigure size … with 3 Axes>``."""
