@@ -53,7 +53,7 @@ def pair(request, tmp_path_factory) -> Pair:
         for p in net.parameters():
             p.add_(0.3 * torch.randn(p.shape, generator=gen))
     folder = tmp_path_factory.mktemp("export")
-    write_export(*transformerlens_export(net, {"run": "r0"}), folder)
+    write_export(*transformerlens_export(net, {"run": "r0"}, config.task), folder)
     theirs = tl.load_folder(folder).model
     tokens = torch.from_numpy(config.task.sample(5, np.random.default_rng(0)).inputs)
     return Pair(SingleRunModel(net, config.task).eval(), theirs, tokens, net.cfg.d_model)
@@ -138,24 +138,33 @@ def test_hooks_act_as_in_transformerlens(pair):
     close(grads["ours"], grads["theirs"], "backward hook")
 
 
-def test_tokenizer_calls_equal_transformerlens_with_the_task_vocabulary(pair):
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
+def test_tokenizer_calls_on_the_export_equal_depthlabs(pair):
+    """The export carries the task's vocabulary and the loader builds the tokenizer from it (issue 46: the exported
+    model had none); no beginning-of-sequence token is prepended by default, as no task has one."""
     vocab = pair.ours.task.vocab
-    word_level = Tokenizer(models.WordLevel({t: i for i, t in enumerate(vocab)}, unk_token=vocab[0]))
-    word_level.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    pair.theirs.tokenizer = PreTrainedTokenizerFast(tokenizer_object=word_level, pad_token=vocab[0])  # never used
     text = pair.ours.to_string(pair.tokens[0])
     texts = pair.ours.to_string(pair.tokens[:2])
-    assert torch.equal(pair.ours.to_tokens(text), pair.theirs.to_tokens(text, prepend_bos=False))
-    assert torch.equal(pair.ours.to_tokens(texts), pair.theirs.to_tokens(texts, prepend_bos=False))
-    assert pair.ours.to_str_tokens(text) == pair.theirs.to_str_tokens(text, prepend_bos=False)
+    assert torch.equal(pair.ours.to_tokens(text), pair.theirs.to_tokens(text))
+    assert torch.equal(pair.ours.to_tokens(texts), pair.theirs.to_tokens(texts))
+    assert pair.ours.to_str_tokens(text) == pair.theirs.to_str_tokens(text)
     assert pair.ours.to_str_tokens(pair.tokens[0]) == pair.theirs.to_str_tokens(pair.tokens[0])
-    assert pair.ours.to_str_tokens(texts) == pair.theirs.to_str_tokens(texts, prepend_bos=False)
+    assert pair.ours.to_str_tokens(texts) == pair.theirs.to_str_tokens(texts)
     assert texts == pair.theirs.to_string(pair.tokens[:2]) and text == pair.theirs.to_string(pair.tokens[0])
     assert pair.ours.to_single_token(vocab[3]) == pair.theirs.to_single_token(vocab[3])
-    close(pair.ours(text, read="all"), pair.theirs(pair.theirs.to_tokens(text, prepend_bos=False)), "text input")
+    close(pair.ours(text, read="all"), pair.theirs(text), "text input")
+    with pytest.raises(Exception, match=r"UNK|unk"):  # a word outside the vocabulary is refused, not guessed
+        pair.theirs.to_tokens("no-such-token")
+
+
+def test_attention_scores_mean_the_same_in_the_export(pair):
+    """``hook_attn_scores`` holds q·k / √d_head (−∞ behind a causal mask) on both sides: before, the export's held
+    the pattern (ReLU'd for seed 001, softmax for the transformer), up to 1.36 away from depthlab's scores."""
+    _, ours = pair.ours.run_with_cache(pair.tokens)
+    _, theirs = pair.theirs.run_with_cache(pair.tokens)
+    for layer in range(pair.ours.cfg.n_layers):
+        close(ours["attn_scores", layer], theirs["attn_scores", layer], f"layer {layer}")
+        assert (ours["attn_scores", layer] < 0).any()  # scores, not a pattern (which is never negative)
+    close(pair.ours(pair.tokens, read="all"), pair.theirs(pair.tokens), "the logits stay TransformerLens' own")
 
 
 def test_factored_matrix_equals_transformerlens():
