@@ -196,6 +196,15 @@ def test_a_plugin_task_is_climbed_at_its_defaults_with_no_bound(kv_recall):
     assert theory({"name": "kv_recall"}, {"name": "attention_only", "attention": "relu", "heads": 1}) == []
 
 
+def test_a_plugin_tasks_atlas_says_nothing_of_the_scales_own_tasks(kv_recall):
+    """Issue 46: the atlas of a plugin task printed the quick scale's whole note (seed 001's depths, seed 003's
+    lengths, …) and two left-out lines about families on other tasks; a listed task keeps them."""
+    plugin = json.loads(CliRunner().invoke(app, ["atlas", "--plan", "--json", "--tasks", "kv_recall"]).output)
+    assert plugin["note"] == "" and plugin["left_out"] == []
+    listed = json.loads(CliRunner().invoke(app, ["atlas", "--plan", "--json", "--tasks", "icqa"]).output)
+    assert "seed 001" in listed["note"] and any("family" in item for item in listed["left_out"])
+
+
 def test_the_heat_map_draws_depths_bounds_and_frames():
     import matplotlib.colors as mcolors
 
@@ -217,6 +226,28 @@ def test_the_heat_map_draws_depths_bounds_and_frames():
     squares = [p for p in ax.patches if p.get_fill()]
     assert [bool(p.get_hatch()) for p in squares] == [False, False, True]  # hatched: none learned
     assert squares[0].get_facecolor() != squares[1].get_facecolor()  # coloured by depth
+
+
+def test_a_plugin_tasks_heat_map_says_no_size_and_its_title_clears_the_colour_bar():
+    """A task at its defaults (a plugin's) has one column and no size axis: no "size 1" under it; the title and
+    legend (three lines) fit the figure and stay clear of the colour bar and its label (issue 46)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.text import Text
+
+    from depthlab.draw.atlas import atlas_figure
+
+    cell = {"task": "kv_recall", "width": None, "axis": None, "size": None, "min_layers": None, "max_layers": 4,
+            "status": "not reached", "lower": None, "upper": None, "marks": [{"mark": "not_reached", "detail": ""}]}
+    fig = atlas_figure([cell], "attention_only", "depth atlas, quick scale: attention_only")
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()  # laid out and drawn
+    renderer = canvas.get_renderer()
+    ax, bar = fig.axes
+    assert [t.get_text() for t in ax.get_xticklabels()] == []
+    (title,) = fig.findobj(lambda a: isinstance(a, Text) and a.get_text().startswith("depth atlas, quick scale"))
+    box, bar_box = title.get_window_extent(renderer), bar.get_tightbbox(renderer)
+    assert not box.overlaps(bar_box) and box.x0 >= 0 and box.x1 <= fig.bbox.width and box.y1 <= fig.bbox.height
+    assert bar_box.y0 >= 0 and bar_box.y1 <= fig.bbox.height  # the bar's label is not cut
 
 
 def test_min_widths_per_depth():

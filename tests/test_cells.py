@@ -236,3 +236,25 @@ def test_the_seed001_depth_table_fits_80_columns_with_every_number_whole(tmp_pat
         assert all(cell in line for cell in row), (row, line)
     assert text.count("mean ± sd over 3 seeds") == 1 and text.count("evaluated on") == 1
     assert "seed 001 Figure 2" in text
+
+
+def test_cells_whose_steps_change_with_depth_are_named_apart_and_every_accuracy_says_its_seeds(tmp_path):
+    """Issue 46: IC-QA at lr 0.003 with 800 steps at 1 layer and 2,000 at 2 (one seed each) beside lr 0.01 appeared
+    twice as ``icqa lr=0.003`` (heat map rows, curves, captions), and a one-seed cell showed a bare 1.000."""
+    from depthlab.report.html import build_report
+
+    store = Store(tmp_path / "store")
+    ids = [write_run(store, {"task": ICQA, "model": {"name": "attention_only", "layers": depth},
+                             "train": {"optimizer": "adamw", "lr": lr, "steps": steps}, "seed": 0}, accuracy)
+           for depth, lr, steps, accuracy in ((1, 0.003, 800, 0.5), (2, 0.003, 2000, 1.0), (1, 0.01, 800, 0.25))]
+    labels = {r["label"] for r in capability.capability_rows(store, ids)}
+    assert labels == {"icqa lr=0.003, steps=800", "icqa lr=0.003, steps=2000", "icqa lr=0.01, steps=800"}
+    (grid,) = capability.capability_grids(store, ids)
+    assert {t["label"] for t in grid["tasks"]} == labels
+    page = (tmp_path / "report.html")
+    build_report(store, page, examples=0)
+    heat_map = page.read_text().split('id="selection-hint"')[0]
+    assert heat_map.count(">icqa lr=0.003, steps=2000<") == 1 and ">icqa lr=0.003<" not in heat_map
+    assert ">1.000 n=1<" in heat_map and ">0.500 n=1<" in heat_map
+    assert ">2 layers n=1<" in page.read_text()  # the curves' legend: the mean of one seed
+

@@ -23,6 +23,29 @@ def as_json(result) -> dict:
     return json.loads(result.stdout)
 
 
+def test_tasks_piped_at_80_columns_keeps_summaries_readable():
+    """Piped (80 columns), every task's summary shows its first 30 characters on one line (issue 46: a summary
+    column squeezed to 15 characters beside the parameters)."""
+    import textwrap
+
+    from depthlab.tasks import TASKS
+
+    result = runner.invoke(app, ["tasks"])
+    assert result.exit_code == 0, result.output
+    lines = [" ".join(line.replace("│", " ").split()) for line in result.stdout.splitlines()]
+    for name, cls in TASKS.items():
+        head = textwrap.wrap(cls.summary, 30)[0]
+        assert any(head in line for line in lines), (name, head)
+    assert max(map(len, result.stdout.splitlines())) <= 80
+
+
+def test_attention_help_says_how_the_patterns_are_indexed():
+    """Rich read "[layer][head][query][key]" as markup and dropped it: the help ended "prints the patterns, ."."""
+    result = runner.invoke(app, ["attention", "--help"], env={"COLUMNS": "200"})
+    text = " ".join(result.stdout.replace("│", " ").split())
+    assert "patterns as nested lists indexed by layer, head, query and key." in text, text[-400:]
+
+
 def test_tasks_json_lists_every_task_with_parameters():
     out = as_json(runner.invoke(app, ["tasks", "--json"]))
     names = {t["name"] for t in out["tasks"]}

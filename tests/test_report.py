@@ -153,6 +153,18 @@ def test_report_is_self_contained_and_names_every_run(store, tmp_path):
     assert len(data["cells"]) == 4
 
 
+def test_the_report_says_why_a_plugin_tasks_attention_maps_are_missing(tmp_path):
+    """A run of a task this process does not know (a plugin's, the report made without --plugin) has no maps: the
+    attention section says so and how to get them, where before it left the section out without a word."""
+    store = Store(tmp_path / "store")
+    add_foreign_run(store, "kv_recall")
+    result = build_report(store, tmp_path / "report.html", examples=2)
+    assert "attention" in result["sections"]
+    page = (tmp_path / "report.html").read_text()
+    section = page.split('id="sec-attention"')[1].split("<section")[0]
+    assert "kv_recall&#x27; is not loaded in this depthlab" in section and "depthlab --plugin FILE report" in section
+
+
 def test_config_text_is_escaped(store, tmp_path):
     """A task name, label or protocol holding markup is text in the page, in SVG and in the page's data."""
     evil_store = Store(tmp_path / "evil")
@@ -165,7 +177,7 @@ def test_config_text_is_escaped(store, tmp_path):
     assert page.count("<script") == 2  # the page's data and its script, nothing else
     data = json.loads(re.search(r'id="depthlab-data">(.*?)</script>', page, re.S).group(1))
     assert data["runs"][run_id]["task"] == EVIL  # intact once parsed
-    assert "does not load" in data["runs"][run_id]["attention"]["note"]  # unknown task: said, not fatal
+    assert "is not loaded in this depthlab" in data["runs"][run_id]["attention"]["note"]  # said, not fatal
     assert result["runs"] == 1
     svg = heatmap_svg([EVIL], ["1 layer"], [Cell(0, 0, 0.5, EVIL, EVIL, "#x", "k")], EVIL)
     assert "<script" not in svg.replace("<svg", "")

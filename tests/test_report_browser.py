@@ -181,7 +181,7 @@ def test_run_link_and_escaped_markup(page, built):
     panel = page.page.locator("#selection")
     panel.wait_for(state="visible")
     assert evil_id in panel.locator("h3").inner_text()
-    assert "does not load" in panel.locator(".attention-note").inner_text()
+    assert "is not loaded in this depthlab" in panel.locator(".attention-note").inner_text()
     other = store.find_runs(task="icqa")[0]["id"]
     page.page.locator(f'#all-runs a[href="#run={other}"]').click()
     page.page.wait_for_function(f"document.querySelector('#selection h3').textContent.includes('{other}')")

@@ -53,7 +53,7 @@ def pair(request, tmp_path_factory) -> Pair:
         for p in net.parameters():
             p.add_(0.3 * torch.randn(p.shape, generator=gen))
     folder = tmp_path_factory.mktemp("export")
-    write_export(*transformerlens_export(net, {"run": "r0"}), folder)
+    write_export(*transformerlens_export(net, {"run": "r0"}, config.task), folder)
     theirs = tl.load_folder(folder).model
     tokens = torch.from_numpy(config.task.sample(5, np.random.default_rng(0)).inputs)
     return Pair(SingleRunModel(net, config.task).eval(), theirs, tokens, net.cfg.d_model)
@@ -138,24 +138,33 @@ def test_hooks_act_as_in_transformerlens(pair):
     close(grads["ours"], grads["theirs"], "backward hook")
 
 
-def test_tokenizer_calls_equal_transformerlens_with_the_task_vocabulary(pair):
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
+def test_tokenizer_calls_on_the_export_equal_depthlabs(pair):
+    """The export carries the task's vocabulary and the loader builds the tokenizer from it (issue 46: the exported
+    model had none); no beginning-of-sequence token is prepended by default, as no task has one."""
     vocab = pair.ours.task.vocab
-    word_level = Tokenizer(models.WordLevel({t: i for i, t in enumerate(vocab)}, unk_token=vocab[0]))
-    word_level.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    pair.theirs.tokenizer = PreTrainedTokenizerFast(tokenizer_object=word_level, pad_token=vocab[0])  # never used
     text = pair.ours.to_string(pair.tokens[0])
     texts = pair.ours.to_string(pair.tokens[:2])
-    assert torch.equal(pair.ours.to_tokens(text), pair.theirs.to_tokens(text, prepend_bos=False))
-    assert torch.equal(pair.ours.to_tokens(texts), pair.theirs.to_tokens(texts, prepend_bos=False))
-    assert pair.ours.to_str_tokens(text) == pair.theirs.to_str_tokens(text, prepend_bos=False)
+    assert torch.equal(pair.ours.to_tokens(text), pair.theirs.to_tokens(text))
+    assert torch.equal(pair.ours.to_tokens(texts), pair.theirs.to_tokens(texts))
+    assert pair.ours.to_str_tokens(text) == pair.theirs.to_str_tokens(text)
     assert pair.ours.to_str_tokens(pair.tokens[0]) == pair.theirs.to_str_tokens(pair.tokens[0])
-    assert pair.ours.to_str_tokens(texts) == pair.theirs.to_str_tokens(texts, prepend_bos=False)
+    assert pair.ours.to_str_tokens(texts) == pair.theirs.to_str_tokens(texts)
     assert texts == pair.theirs.to_string(pair.tokens[:2]) and text == pair.theirs.to_string(pair.tokens[0])
     assert pair.ours.to_single_token(vocab[3]) == pair.theirs.to_single_token(vocab[3])
-    close(pair.ours(text, read="all"), pair.theirs(pair.theirs.to_tokens(text, prepend_bos=False)), "text input")
+    close(pair.ours(text, read="all"), pair.theirs(text), "text input")
+    with pytest.raises(Exception, match=r"UNK|unk"):  # a word outside the vocabulary is refused, not guessed
+        pair.theirs.to_tokens("no-such-token")
+
+
+def test_attention_scores_mean_the_same_in_the_export(pair):
+    """``hook_attn_scores`` holds q·k / √d_head (−∞ behind a causal mask) on both sides: before, the export's held
+    the pattern (ReLU'd for seed 001, softmax for the transformer), up to 1.36 away from depthlab's scores."""
+    _, ours = pair.ours.run_with_cache(pair.tokens)
+    _, theirs = pair.theirs.run_with_cache(pair.tokens)
+    for layer in range(pair.ours.cfg.n_layers):
+        close(ours["attn_scores", layer], theirs["attn_scores", layer], f"layer {layer}")
+        assert (ours["attn_scores", layer] < 0).any()  # scores, not a pattern (which is never negative)
+    close(pair.ours(pair.tokens, read="all"), pair.theirs(pair.tokens), "the logits stay TransformerLens' own")
 
 
 def test_factored_matrix_equals_transformerlens():
@@ -182,3 +191,33 @@ def test_factored_matrix_equals_transformerlens():
     }
     for name, (mine, other) in checks.items():
         torch.testing.assert_close(mine, other, msg=name)
+
+
+def test_kept_cache_takes_gradients_at_every_point_as_transformerlens(pair):
+    """``run_with_cache(detach=False)``: the gradient of a function of the logits with respect to a cached
+    activation, at points that depend on no trained weight in seed 001's model (the one-hot embeddings, the first
+    residual stream, the first layer's keys), equals TransformerLens' on the export (there, each activation made a
+    leaf by a forward hook, one point per forward pass: TransformerLens' own cache is always detached, and its
+    backward hooks miss the keys and queries that the ReLU hooks read)."""
+    names = ["hook_embed", "hook_pos_embed", "blocks.0.hook_resid_pre", "blocks.0.attn.hook_k",
+             "blocks.1.attn.hook_q"]
+    logits, cache = pair.ours.run_with_cache(pair.tokens, detach=False, read="all")
+    ours = torch.autograd.grad(logits[:, -1].logsumexp(-1).sum(), [cache[name] for name in names])
+
+    def their_gradient(name: str) -> torch.Tensor:
+        kept: list[torch.Tensor] = []
+
+        def as_leaf(activation: torch.Tensor, hook: Any) -> torch.Tensor:
+            kept.append(activation.detach().requires_grad_())
+            return kept[-1]
+
+        pair.theirs.hook_dict[name].add_hook(as_leaf, prepend=True)  # before the loader's ReLU hooks read it
+        try:
+            their_logits = pair.theirs(pair.tokens)
+        finally:
+            pair.theirs.reset_hooks()
+        return torch.autograd.grad(their_logits[:, -1].logsumexp(-1).sum(), kept)[0]
+
+    q_scale = pair.width**0.5 if pair.ours.cfg.model_name == "attention_only" else 1.0  # the export's q is √d' ours
+    for name, mine in zip(names, ours, strict=True):
+        close(mine, their_gradient(name) * (q_scale if name.endswith("hook_q") else 1.0), name)

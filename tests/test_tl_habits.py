@@ -245,6 +245,48 @@ def test_backward_hooks_see_the_gradient_of_their_activation(name):
 # ------------------------------------------------------------------------------------------- picture
 
 
+def test_return_type_loss_is_the_tasks_training_loss():
+    """``model(x, return_type="loss", labels=y)`` as TransformerLens' ``return_type``: the engine's loss of the
+    logits against the task's targets, a scalar that takes gradients; "both" gives (logits, loss); None nothing."""
+    from depthlab.training.objectives import per_run_loss
+
+    model = single("attention_only")
+    batch = ICQA.sample(6, np.random.default_rng(1))
+    x, y = torch.from_numpy(batch.inputs), torch.from_numpy(batch.targets)
+    loss = model(x, return_type="loss", labels=y)
+    assert loss.dim() == 0 and loss.requires_grad
+    torch.testing.assert_close(loss.float(), per_run_loss(model(x)[None], y[None], ICQA.loss)[0])  # fp32 there
+    logits, both = model(x, return_type="both", labels=y)
+    assert torch.equal(logits, model(x)) and torch.equal(both, loss) and model(x, return_type=None) is None
+    with pytest.raises(ValueError, match="give labels="):
+        model(x, return_type="loss")
+    with pytest.raises(ValueError, match="return_type: must be one of logits, loss, both, None"):
+        model(x, return_type="probs")
+
+
+def test_a_cache_prints_as_a_summary_not_its_tensors():
+    model = single("attention_only")
+    _, cache = model.run_with_cache(examples(2))
+    text = repr(cache)
+    assert "tensor(" not in text and str(cache) == text and len(text.splitlines()) == len(cache) + 1
+    assert text.startswith(f"ActivationCache of {len(cache)} activations (attention_only)")
+    assert "  blocks.1.attn.hook_pattern [2, 2, 8, 8]" in text.splitlines()
+
+
+def test_a_figure_as_a_cells_last_line_shows_in_jupyter_without_a_magic():
+    """IPython's display formatter (what Jupyter calls on a cell's last value) finds a PNG on depthlab's figures
+    with no ``%matplotlib inline`` run first: before, it found only ``<StyledFigure size … with 3 Axes>``."""
+    from IPython.core.formatters import DisplayFormatter
+
+    from depthlab import draw
+
+    model = single("attention_only")
+    x = examples(1)
+    fig = draw.attention(model.run_with_cache(x)[1], x)
+    data, _ = DisplayFormatter().format(fig)
+    assert data["image/png"][:8] == b"\x89PNG\r\n\x1a\n" and len(data["image/png"]) > 10_000
+
+
 def test_one_call_draws_every_layer_and_head_of_a_cache():
     import sys
 

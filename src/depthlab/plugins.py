@@ -43,7 +43,6 @@ import numpy as np
 
 from .bounded import MAX_TEXT_BYTES, open_regular
 from .errors import UserError
-from .models import MODELS
 from .tasks import TASKS, Task
 from .tasks.base import Batch
 
@@ -134,10 +133,19 @@ class _Refused(Exception):
     """A plugin registered what it may not: a name already taken, or an incomplete task."""
 
 
+def _model_families() -> dict[str, Any]:
+    """The model registry, imported when a plugin loads (a plugin may register families; importing them imports
+    torch, which commands that load no plugin, such as ``depthlab tasks``, never need)."""
+    from .models import MODELS
+
+    return MODELS
+
+
 def _new_names(before_tasks: dict[str, Any], before_models: dict[str, Any], module: str | None) -> list[str]:
     """Task and model names registered since ``before_*``; _Refused for a taken name (unless taken by an
     earlier load of the same ``module``) or a task that lacks part of the interface."""
-    for registry, before, kind in ((TASKS, before_tasks, "task"), (MODELS, before_models, "model")):
+    models = _model_families()
+    for registry, before, kind in ((TASKS, before_tasks, "task"), (models, before_models, "model")):
         taken = [n for n in registry if n in before and registry[n] is not before[n]
                  and before[n].__module__ != module]
         if taken:
@@ -148,19 +156,20 @@ def _new_names(before_tasks: dict[str, Any], before_models: dict[str, Any], modu
         problem = _incomplete(TASKS[name])
         if problem:
             raise _Refused(f"task {name!r} ({TASKS[name].__name__}) {problem}")
-    return new_tasks + [n for n in MODELS if MODELS[n] is not before_models.get(n)]
+    return new_tasks + [n for n in models if models[n] is not before_models.get(n)]
 
 
 def _registering(label: str, load: Callable[[], Any], path: Path | None = None, module: str | None = None) -> list[str]:
     """Run ``load()`` and return the names it registered; on any failure undo its registrations and raise a
     one-line UserError (with the line of ``path`` where it failed, when there is one)."""
-    before_tasks, before_models = dict(TASKS), dict(MODELS)
+    models = _model_families()
+    before_tasks, before_models = dict(TASKS), dict(models)
     try:
         load()
         return _new_names(before_tasks, before_models, module)
     except (Exception, SystemExit) as e:  # a plugin that calls sys.exit() has failed to load, too
         _restore(TASKS, before_tasks)
-        _restore(MODELS, before_models)
+        _restore(models, before_models)
         if isinstance(e, _Refused):
             detail = str(e)
         elif isinstance(e, PluginError):  # os._exit while it was imported

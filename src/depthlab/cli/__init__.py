@@ -9,6 +9,9 @@ commands that draw in :mod:`.figures`. :func:`main`, the entry point, draws figu
 (Agg): the command's process chooses it, never an import of depthlab.
 """
 
+import os
+import sys
+
 from depthlab.cli.app import app
 from depthlab.cli.app import main as run_app
 
@@ -22,8 +25,9 @@ __all__ = ["app", "main"]
 
 def main() -> None:
     """The ``depthlab`` command: Agg for every figure this process draws (no window, no display needed), then the
-    app."""
-    import matplotlib
-
-    matplotlib.use("agg")
+    app. Matplotlib is imported only by the commands that draw: it reads ``MPLBACKEND`` then (so ``depthlab
+    --help`` and ``depthlab tasks`` start without it); one already imported is switched now."""
+    os.environ["MPLBACKEND"] = "agg"
+    if "matplotlib" in sys.modules:
+        sys.modules["matplotlib"].use("agg")
     run_app()

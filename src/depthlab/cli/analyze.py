@@ -98,7 +98,8 @@ def attention_picture_cmd(run: RunArg, tokens: Annotated[str | None, typer.Optio
                               help="the picture's file (default: the run's analysis/ folder)")] = None,
                           format_: FormatOpt = "png", store: StoreOpt = None, json_out: JsonOpt = False) -> None:
     """One picture of a run's attention on one input: every layer × head, the tokens on the axes, a colour bar
-    (`depthlab.draw.attention`); --json prints the patterns, [layer][head][query][key]."""
+    (`depthlab.draw.attention`); --json prints the patterns as nested lists indexed by layer, head, query and
+    key."""
     from ..analysis.attention import examples_with_attention
     from ..analysis.runs import encode_example, sample_examples
     from ..draw import attention, save

@@ -84,8 +84,9 @@ def atlas(scale: Annotated[str, typer.Option(help="quick (about an hour of one C
     threads = setup_threads()
     db = open_store(store)
     if not json_out:
-        console.print(f"[bold]depth atlas[/], scale {scale}: {len(plan.studies)} capability studies, at most "
-                      f"{plan.most_runs} runs, {threads} threads. {plan.note}")
+        studies = f"{len(plan.studies)} capability stud{'y' if len(plan.studies) == 1 else 'ies'}"
+        console.print(f"[bold]depth atlas[/], scale {scale}: {studies}, at most {plan.most_runs} runs, {threads} "
+                      f"threads. {plan.note}".rstrip())
     session = nullcontext()
     if executor == "ray" and not finished_only:
         from ..sweeps.ray_executor import ray_session

@@ -287,7 +287,8 @@ class _ColumnText(NamedTuple):
     def of(cls, column: Column, cells: list[str]) -> _ColumnText:
         return cls(column.justify, column.no_wrap,
                    max((cell_len(word) for cell in cells for word in cell.split()), default=0),
-                   max(map(cell_len, cells), default=0), cell_len(column.header),
+                   max((cell_len(line) for cell in cells for line in cell.splitlines()), default=0),  # lines apart
+                   cell_len(column.header),
                    tuple(cell_len(word) for word in column.header.split()))
 
     def range(self, names: str, header_words: bool) -> _Range:

@@ -109,7 +109,7 @@ def export(run: Annotated[str, typer.Argument(help="run id (or unique prefix)")]
         raise UserError(f"--to: unknown format {to!r}; allowed: transformerlens")
     check_output(out, "--out", folder=True)
     db, loaded = open_run(store, run)
-    state, config = transformerlens_export(loaded.model, {"run": loaded.id, "step": loaded.step})
+    state, config = transformerlens_export(loaded.model, {"run": loaded.id, "step": loaded.step}, loaded.task)
     folder = out or db.artifact_path(loaded.id, "export", "transformerlens")
     files = write_export(state, config, folder)
     result = {"run": loaded.id, "format": to, "folder": str(folder), "files": [str(f) for f in files],

@@ -50,10 +50,12 @@ def tasks(json_out: JsonOpt = False) -> None:
     if json_out:
         emit({"tasks": items})
         return
-    table = Table.of("task", "seed section", "parameters (defaults)", "summary")
+    # two columns, each cell two parts one under the other: four side by side at 80 columns (piped) squeezed the
+    # summary to 15 characters a line
+    table = Table.of("task, seed section", "summary, parameters (defaults)")
     for item in items:
         params = ", ".join(f"{k}={v['default']}" for k, v in item["parameters"].items())
-        table.add_row(item["name"], item["section"], params, item["summary"])
+        table.add_row(f"{item['name']}\n{item['section']}", f"{item['summary']}\n{params}")
     show(table)
 
 

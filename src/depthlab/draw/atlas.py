@@ -37,7 +37,8 @@ def atlas_figure(cells: Sequence[dict[str, Any]], family: str, title: str = "") 
     columns = max((sum(1 for c in cells if (c["task"], c["width"]) == row) for row in rows), default=1)
     deepest = max([c["max_layers"] for c in cells] + [1])
     colours = mpl.colormaps["viridis_r"].resampled(deepest)
-    with new_figure(figsize=(2.2 + 1.25 * columns, 1.2 + 0.62 * max(len(rows), 1))) as fig:
+    # at least as wide as the two lines of the legend above it (a one-column atlas, a plugin task's, was narrower)
+    with new_figure(figsize=(max(5.0, 2.2 + 1.25 * columns), 2.0 + 0.62 * max(len(rows), 1))) as fig:
         ax = fig.subplots()
         ax.set_xlim(-0.5, columns - 0.5)
         ax.set_ylim(len(rows) - 0.5, -0.5)
@@ -47,18 +48,19 @@ def atlas_figure(cells: Sequence[dict[str, Any]], family: str, title: str = "") 
         several = {task for task, _ in rows if sum(t == task for t, _ in rows) > 1}
         labels = [f"{task}, width {width}" if task in several else task for task, width in rows]
         ax.set_yticks(range(len(rows)), [literal(label) for label in labels])
-        ax.set_xticks(range(columns), [f"size {j + 1}" for j in range(columns)])
+        sized = any(c["axis"] is not None for c in cells)  # a task at its defaults has no size axis: no "size 1"
+        ax.set_xticks(range(columns) if sized else [], [f"size {j + 1}" for j in range(columns)] if sized else [])
         ax.tick_params(length=0)
         for spine in ax.spines.values():
             spine.set_visible(False)
         legend = ("colour: trained minimum depth (hatched: none up to >L; …: runs missing)\n"
-                  "≥L lower bound, ≤U smallest construction; frame: red below the lower bound, orange above the "
-                  "construction")
-        ax.set_title(f"{literal(title or family)}\n{legend}", fontsize=7.5)
+                  "≥L lower bound, ≤U smallest construction\n"
+                  "frame: red below the lower bound, orange above the construction")
+        fig.suptitle(f"{literal(title or family)}\n{legend}", fontsize=7.5)  # above the colour bar too
         norm = mpl.colors.BoundaryNorm(np.arange(0.5, deepest + 1.5), deepest)
         bar = fig.colorbar(mpl.cm.ScalarMappable(norm=norm, cmap=colours), ax=ax, shrink=0.8,
                            ticks=range(1, deepest + 1))
-        bar.set_label("trained minimum depth")
+        bar.set_label("trained minimum depth", fontsize=7.5)
     return fig
 
 

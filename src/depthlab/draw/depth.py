@@ -65,7 +65,8 @@ def depth_figure(curves: dict[tuple[str, int], list[dict[str, list[float]]]], ta
 
 def depth_curves_svg(grid: dict[str, Any], eval_curves: Mapping[str, dict[str, list] | None], title: str) -> str:
     """The same figure as SVG for one capability grid: a column per task, accuracy above and loss below, a line
-    per depth with the band over seeds. ``eval_curves`` maps each run id of the grid to its eval metrics."""
+    per depth with the band over seeds, its legend entry saying over how many (``2 layers n=3``). ``eval_curves``
+    maps each run id of the grid to its eval metrics."""
     colours = dict(zip(grid["depths"], depth_colours(len(grid["depths"])), strict=True))
     acc_charts, loss_charts = [], []
     for t, task in enumerate(grid["tasks"]):
@@ -78,8 +79,9 @@ def depth_curves_svg(grid: dict[str, Any], eval_curves: Mapping[str, dict[str, l
                 if not curves:
                     continue
                 steps, mean, lo, hi = aggregate_curves(curves, name)
-                series.append(Series(depth_label(cell["depth"]), steps, mean, colours[cell["depth"]],
-                                     lo=lo if len(curves) > 1 else None, hi=hi if len(curves) > 1 else None))
+                band = {"lo": lo, "hi": hi} if len(curves) > 1 else {}
+                series.append(Series(f"{depth_label(cell['depth'])} n={len(curves)}", steps, mean,
+                                     colours[cell["depth"]], **band))
             out.append(line_chart_svg(series, f"{task['label']}" if not log else f"{task['label']} (loss)",
                                       y_label=f"eval {name}", y_range=(0, 1.02) if not log else None, log_y=log,
                                       hline=task["chance"] if not log else None, width=CHART_W, height=CHART_H))

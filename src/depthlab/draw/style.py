@@ -11,6 +11,7 @@ configs and plugins) goes through :func:`literal` and is drawn exactly as writte
 
 from __future__ import annotations
 
+import io
 import math
 import textwrap
 from collections.abc import Iterable, Iterator
@@ -51,6 +52,13 @@ class StyledFigure(Figure):
     def draw(self, renderer: Any) -> None:
         with matplotlib.rc_context(self.style):  # drawn by a notebook, which does not call savefig
             super().draw(renderer)
+
+    def _repr_png_(self) -> bytes:
+        """The figure as PNG: what Jupyter shows for a cell whose last line is a figure, with no ``%matplotlib
+        inline`` first (that magic registers its own formatter for every Figure, which then takes precedence)."""
+        buffer = io.BytesIO()
+        self.savefig(buffer, format="png", bbox_inches="tight")
+        return buffer.getvalue()
 
 
 @contextmanager

@@ -16,9 +16,11 @@ Seed 001's ReLU attention (``σ(z) = max{0, z}``, no softmax) is not native to T
 attention-only run carries ``"depthlab": {"attention": "relu"}`` in its config and :func:`relu_attention_hooks`
 replaces every ``hook_pattern`` by ReLU of the attention scores recomputed from ``hook_q`` and ``hook_k`` (in 4.x
 ``hook_attn_scores`` fires after ``hook_pattern``, so the scores are rebuilt, not read). :func:`load_folder`
-attaches them to the model it loads as *permanent* hooks (:func:`attach_relu_attention`), so the TransformerLens
+attaches them to the model it loads as *permanent* hooks (:func:`attach_attention_hooks`), so the TransformerLens
 model computes seed 001's attention in every call — ``model(tokens)``, ``run_with_cache``, ``run_with_hooks`` (the
 user's hooks on ``hook_pattern`` then see the ReLU pattern) — until ``reset_hooks(including_permanent=True)``.
+On every depthlab export the same hooks put depthlab's scores into ``hook_attn_scores`` (4.x hands that hook the
+pattern), and the task's vocabulary becomes the model's tokenizer (:func:`task_tokenizer`).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from depthlab.memory import require_memory
 
 INSTALL = "pip install 'depthlab[tl]'"
 LEGACY_PREFIXES = ("NeelNanda/", "ArthurConmy/", "Baidicoot/")
+UNKNOWN = "[UNK]"  # not in any task's vocabulary: a word outside it fails to encode
 
 
 class TLModel:
@@ -65,13 +68,14 @@ class TLModel:
         return self.model.W_U.detach()
 
 
-def relu_attention_hooks(n_layers: int) -> list[tuple[str, Any]]:
-    """Hooks that turn softmax attention into seed 001's ReLU attention: pattern = max(0, q·k / scale).
+def attention_hooks(n_layers: int, relu: bool, causal: bool = False) -> list[tuple[str, Any]]:
+    """Hooks that make an exported depthlab model's attention hooks hold what depthlab's hold.
 
-    ``hook_q`` / ``hook_k`` ([batch, pos, head, d_head]) are recorded per layer; ``hook_pattern`` ([batch, head,
-    query, key]) is then replaced by ReLU of the recomputed scores, divided by √d_head as TransformerLens divides
-    its scores (the export scales W_Q by √d_head so that the scores are the unscaled x W_QK xᵀ of seed 001).
-    No mask is applied: seed 001's attention is bidirectional (config ``attention_dir: bidirectional``).
+    ``hook_q`` / ``hook_k`` ([batch, pos, head, d_head]) are recorded per layer; ``hook_attn_scores`` is replaced by
+    the scores q·k / √d_head ([batch, head, query, key]; −∞ above the diagonal when ``causal``), depthlab's
+    ``hook_attn_scores`` (TransformerLens 4.x fires that hook after ``hook_pattern`` and hands it the pattern);
+    with ``relu``, ``hook_pattern`` is replaced by seed 001's ReLU attention max(0, scores) (the export scales
+    W_Q by √d_head, so these are the unscaled x W_QK xᵀ of seed 001; no mask: its attention is bidirectional).
     """
     hooks: list[tuple[str, Any]] = []
     for layer in range(n_layers):
@@ -79,17 +83,32 @@ def relu_attention_hooks(n_layers: int) -> list[tuple[str, Any]]:
         prefix = f"blocks.{layer}.attn"
         hooks += [(f"{prefix}.hook_q", partial(_keep, seen=seen, role="q")),
                   (f"{prefix}.hook_k", partial(_keep, seen=seen, role="k")),
-                  (f"{prefix}.hook_pattern", partial(_relu_pattern, seen=seen))]
+                  (f"{prefix}.hook_attn_scores", partial(_scores, seen=seen, causal=causal))]
+        if relu:
+            hooks.append((f"{prefix}.hook_pattern", partial(_relu_pattern, seen=seen)))
     return hooks
+
+
+def relu_attention_hooks(n_layers: int) -> list[tuple[str, Any]]:
+    """:func:`attention_hooks` of a seed 001 ReLU run: softmax attention turned into pattern = max(0, q·k)."""
+    return attention_hooks(n_layers, relu=True)
+
+
+def attach_attention_hooks(model: Any, n_layers: int, relu: bool, causal: bool = False) -> Any:
+    """:func:`attention_hooks` attached to a TransformerLens model as permanent hooks (they survive
+    ``reset_hooks()``). Returns the model."""
+    # 4.x warns at every call that a replaced hook_attn_scores no longer reaches the output: it never did, that
+    # hook fires after the pattern; replacing it is how the scores get into the cache
+    warnings.filterwarnings("ignore", message="A hook on attn.hook_attn_scores returned a modified tensor")
+    for name, fn in attention_hooks(n_layers, relu, causal):
+        model.add_hook(name, fn, is_permanent=True)
+    return model
 
 
 def attach_relu_attention(model: Any, n_layers: int) -> Any:
     """Make a TransformerLens model (a softmax attention-only model exported from a seed 001 ReLU run) compute
-    ReLU attention: :func:`relu_attention_hooks` attached as permanent hooks (they survive ``reset_hooks()``).
-    Returns the model."""
-    for name, fn in relu_attention_hooks(n_layers):
-        model.add_hook(name, fn, is_permanent=True)
-    return model
+    ReLU attention (:func:`attach_attention_hooks` with ``relu``). Returns the model."""
+    return attach_attention_hooks(model, n_layers, relu=True)
 
 
 def _keep(t: torch.Tensor, hook: Any, seen: dict[str, torch.Tensor], role: str) -> torch.Tensor:
@@ -97,10 +116,22 @@ def _keep(t: torch.Tensor, hook: Any, seen: dict[str, torch.Tensor], role: str) 
     return t
 
 
-def _relu_pattern(pattern: torch.Tensor, hook: Any, seen: dict[str, torch.Tensor]) -> torch.Tensor:
+def _raw_scores(seen: dict[str, torch.Tensor]) -> torch.Tensor:
     q, k = seen["q"], seen["k"]
-    scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(q.shape[-1])
-    return torch.relu(scores).to(pattern.dtype)
+    return torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(q.shape[-1])
+
+
+def _relu_pattern(pattern: torch.Tensor, hook: Any, seen: dict[str, torch.Tensor]) -> torch.Tensor:
+    return torch.relu(_raw_scores(seen)).to(pattern.dtype)
+
+
+def _scores(given: torch.Tensor, hook: Any, seen: dict[str, torch.Tensor], causal: bool) -> torch.Tensor:
+    scores = _raw_scores(seen)
+    if causal:
+        n = scores.shape[-1]
+        above = torch.ones(n, n, dtype=torch.bool, device=scores.device).triu(1)
+        scores = scores.masked_fill(above, float("-inf"))
+    return scores.to(given.dtype)
 
 
 def _tl() -> Any:
@@ -215,9 +246,24 @@ def load_folder(folder: str | Path) -> TLModel:
         raise UserError(f"--model: {folder}/config.json must hold a mapping of TransformerLens config fields")
     extra = config.pop("depthlab", {})
     model = build_from_config(config, _read_state(folder))
-    if extra.get("attention") == "relu":
-        attach_relu_attention(model, config["n_layers"])
+    if extra:  # a depthlab export: its attention hooks hold depthlab's scores (and its ReLU pattern)
+        attach_attention_hooks(model, config["n_layers"], extra.get("attention") == "relu",
+                               config.get("attention_dir") == "causal")
+    if extra.get("vocab"):
+        model.tokenizer = task_tokenizer(extra["vocab"])
     return TLModel(model, str(folder))
+
+
+def task_tokenizer(vocab: list[str]) -> Any:
+    """A Hugging Face tokenizer of a task's vocabulary, built here (nothing downloaded): one token per word
+    (words split at whitespace, as ``depthlab sample`` writes examples), token id = its place in ``vocab``; a
+    word outside it is an error, not an unknown token."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    word_level = Tokenizer(models.WordLevel({token: i for i, token in enumerate(vocab)}, unk_token=UNKNOWN))
+    word_level.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=word_level, pad_token=vocab[0])  # equal lengths: never padded
 
 
 def load_named(name: str) -> TLModel:

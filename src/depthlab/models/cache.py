@@ -83,6 +83,18 @@ class ActivationCache(dict):
         super().__init__(*args)
         self.model = model
 
+    def __repr__(self) -> str:
+        """A summary: how many activations, of which model, and each name with its shape (never the values, which
+        ``print(cache)`` would otherwise write out in full)."""
+        model = getattr(getattr(self.model, "cfg", None), "model_name", None)
+        lines = [f"{name} {list(value.shape)}" if isinstance(value, torch.Tensor) else f"{name} {type(value).__name__}"
+                 for name, value in self.items()]
+        head = f"ActivationCache of {len(self)} activation{'s' if len(self) != 1 else ''}"
+        head += f" ({model})" if model else ""
+        return head + "".join(f"\n  {line}" for line in lines)
+
+    __str__ = __repr__
+
     # ------------------------------------------------------------------------------------------- names
     @property
     def n_layers(self) -> int:

@@ -27,7 +27,15 @@ averaged, ReLU attention, no causal mask — and is written as an equivalent bid
 - ReLU attention: ``config["depthlab"]["attention"] == "relu"``, and the hooks of
   :func:`depthlab.induction.tl.relu_attention_hooks` replace each softmax pattern by max(0, score):
   :func:`depthlab.induction.tl.load_folder` attaches them to the model it loads as permanent hooks
-  (:func:`depthlab.induction.tl.attach_relu_attention` on a model loaded by hand). A softmax run needs none.
+  (:func:`depthlab.induction.tl.attach_relu_attention` on a model loaded by hand).
+
+Either family: ``hook_attn_scores`` holds depthlab's scores (q·k / √d_head, −∞ where a causal mask hides a key)
+on the model :func:`~depthlab.induction.tl.load_folder` loads (TransformerLens 4.x fires that hook after
+``hook_pattern`` with the pattern in it; the loader's hooks put the scores back,
+:func:`depthlab.induction.tl.attention_hooks`); ``hook_q`` of seed 001's model is √d' times depthlab's (above).
+A token task's vocabulary goes into ``config["depthlab"]["vocab"]``, from which the loader builds the model's
+tokenizer (:func:`depthlab.induction.tl.task_tokenizer`): ``to_str_tokens``, ``to_tokens`` and ``to_string``
+work on the exported model as on depthlab's; ``default_prepend_bos`` is false (no task has a BOS token).
 """
 
 from __future__ import annotations
@@ -92,16 +100,20 @@ def _attention_only(model: Any) -> tuple[dict[str, torch.Tensor], dict[str, Any]
 EXPORTERS = {"transformer": _transformer, "attention_only": _attention_only}
 
 
-def transformerlens_export(model: RunModule, about: dict[str, Any] | None = None
+def transformerlens_export(model: RunModule, about: dict[str, Any] | None = None, task: Any = None
                            ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """A one-run model as a TransformerLens state dict and config; ``about`` (e.g. the run id and step) goes into
-    the config's ``depthlab`` entry with the model spec."""
+    the config's ``depthlab`` entry with the model spec, and a token ``task``'s vocabulary as ``vocab`` (the
+    loader builds the tokenizer from it: ``to_str_tokens`` and ``to_tokens`` on the exported model)."""
     family = model.spec.name
     if family not in EXPORTERS:
         raise UserError(f"--to transformerlens: model {family!r} cannot be exported; "
                         f"exportable: {', '.join(EXPORTERS)}")
     state, config = EXPORTERS[family](model)
-    config["depthlab"] = {**(about or {}), "model": model.spec.model_dump(mode="json"), **config.get("depthlab", {})}
+    config["default_prepend_bos"] = False  # a task's sequences have no beginning-of-sequence token
+    vocab = {"vocab": list(task.vocab)} if task is not None and not getattr(task, "input_dim", None) else {}
+    config["depthlab"] = {**(about or {}), "model": model.spec.model_dump(mode="json"), **vocab,
+                          **config.get("depthlab", {})}
     return {k: v.contiguous() for k, v in state.items()}, config
 
 

@@ -224,14 +224,28 @@ class HookedModule(torch.nn.Module):
         same argument under depthlab's older name); returns (logits, cache).
 
         The cache maps hook names to tensors (detached unless ``detach=False``: then a loss of them has gradients,
-        and ``torch.autograd.grad(loss, cache[name])`` works), in the order they were computed
-        (:class:`~depthlab.models.cache.ActivationCache`: ``cache["pattern", 0]`` and TransformerLens' helpers).
-        Asking for a point that a family computes only on demand (per-head values, recurrent states) computes it.
+        and ``torch.autograd.grad(loss, cache[name])`` works at every point a gradient reaches), in the order they
+        were computed (:class:`~depthlab.models.cache.ActivationCache`: ``cache["pattern", 0]`` and TransformerLens'
+        helpers). Asking for a point that a family computes only on demand (per-head values, recurrent states)
+        computes it.
+
+        With ``detach=False`` an activation that depends on no parameter that takes a gradient (seed 001's one-hot
+        embeddings and positions, the first layer's keys, which are its input; any activation of a model loaded
+        with ``requires_grad=False``) is kept as a tensor that requires a gradient, and the model goes on from it:
+        in TransformerLens the same points depend on ``W_E`` and ``W_pos``, so its gradients reach all of them.
         """
         cache = ActivationCache(model=self)
 
-        def record(x: torch.Tensor, hook: HookPoint) -> None:
-            cache[hook.name] = x.detach() if detach else x
+        def record(x: torch.Tensor, hook: HookPoint) -> torch.Tensor | None:
+            if detach:
+                cache[hook.name] = x.detach()
+                return None
+            if torch.is_grad_enabled() and x.is_floating_point() and not x.requires_grad and not hook.read_only:
+                x = x.detach().requires_grad_()  # a leaf on the gradients' path: the forward pass continues from it
+                cache[hook.name] = x
+                return x
+            cache[hook.name] = x
+            return None
 
         with self.hooks([(names_filter if names is None else names, record)]):
             logits = self.logits_for(inputs, **kwargs)

@@ -40,6 +40,8 @@ from .factored import Circuits
 from .hooks import HookedModule, HookFn, HookPoint
 from .tokens import Vocabulary
 
+RETURN_TYPES = ("logits", "loss", "both", None)  # TransformerLens' forward(return_type=…)
+
 
 def _per_layer_view(name: str) -> property:
     """``model.<name>``: ``blocks.{l}.attn.<name>`` of every layer, stacked ([n_layers, n_heads, …])."""
@@ -73,10 +75,43 @@ class SingleRunModel(Circuits, HookedModule):
     def cfg(self) -> ModelConfig:
         return self._stacked[0].cfg
 
-    def forward(self, tokens: torch.Tensor | np.ndarray | str | list[str],
-                read: torch.Tensor | str | None = None) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor | np.ndarray | str | list[str], read: torch.Tensor | str | None = None,
+                return_type: str | None = "logits", labels: Any = None
+                ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None:
         """Logits ``[batch, C]`` for ``tokens`` ``[batch, n]`` or text (``[batch, P, C]`` at the positions ``read``;
-        ``read="all"``: every position)."""
+        ``read="all"``: every position).
+
+        ``return_type`` as TransformerLens': ``"logits"``, ``"loss"`` (a scalar that takes gradients), ``"both"``
+        (logits, loss) or None. A task model predicts its task's labels, not the next token, so the loss is the
+        task's training loss (``task.loss``: cross-entropy for class labels) of the logits against ``labels``,
+        the task's targets (``task.sample(n, rng).targets``: ``[batch]`` class ids, or what the task's objective
+        reads), averaged over the batch and read positions."""
+        if return_type not in RETURN_TYPES:
+            raise ValueError(f"return_type: must be one of {', '.join(map(str, RETURN_TYPES))} (got {return_type!r})")
+        logits = self._logits(tokens, read)
+        if return_type in ("loss", "both"):
+            loss = self._loss(logits, labels)
+            return loss if return_type == "loss" else (logits, loss)
+        return logits if return_type == "logits" else None
+
+    def _loss(self, logits: torch.Tensor, labels: Any) -> torch.Tensor:
+        """The task's loss (``task.loss``) of ``logits`` against ``labels``, averaged."""
+        if labels is None:
+            raise ValueError("return_type='loss': give labels=, the task's targets for these inputs (a task model "
+                             "predicts its labels, not the next token)")
+        kind = getattr(self.task, "loss", "cross_entropy")
+        labels = torch.as_tensor(labels, device=logits.device)
+        if kind == "cross_entropy":
+            return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+        if kind == "mse":
+            return torch.nn.functional.mse_loss(logits, labels.to(logits.dtype))
+        if kind == "bce":
+            return torch.nn.functional.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
+        raise ValueError(f"return_type='loss': the task's loss {kind!r} is computed by "
+                         "depthlab.training.objectives.per_run_loss(logits[None], labels[None], task.loss)")
+
+    def _logits(self, tokens: torch.Tensor | np.ndarray | str | list[str],
+                read: torch.Tensor | str | None) -> torch.Tensor:
         if isinstance(tokens, str) or (isinstance(tokens, list) and tokens and isinstance(tokens[0], str)):
             tokens = self.to_tokens(tokens)
         tokens = torch.as_tensor(tokens)

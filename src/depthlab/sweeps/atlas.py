@@ -166,6 +166,7 @@ def load_atlas(scale: str = "quick", tasks: str | list[str] | None = None, famil
         if wanted_tasks is not None and name not in wanted_tasks:
             continue
         studies += _entry_studies(entry, body, family_specs, scale, f"atlas {scale} tasks[{i}]", wanted_families)
+    listed = bool(studies)
     named = {s.task for s in studies} | {e.get("study") or (e.get("task") or {}).get("name")
                                          for e in body.get("tasks") or []}
     left_out = [{"task": t, "why": " ".join(str(why).split())} for t, why in (body.get("left_out") or {}).items()
@@ -188,5 +189,10 @@ def load_atlas(scale: str = "quick", tasks: str | list[str] | None = None, famil
                             s.study.widths, s.study.vary)
     if not studies:
         raise UserError("--tasks/--families: no study of this atlas scale matches them")
-    return AtlasPlan(scale, " ".join(str(body.get("note", "")).split()),
-                     parse_target(body.get("target", 0.95), f"atlas {scale}.target"), studies, left_out)
+    note = " ".join(str(body.get("note", "")).split())
+    if wanted_tasks is not None and not listed:
+        # only tasks the scale does not list (a plugin's, at its defaults): its note and the families it leaves
+        # out speak of its own tasks, not of these
+        note, left_out = "", [d for d in left_out if "task" in d]
+    return AtlasPlan(scale, note, parse_target(body.get("target", 0.95), f"atlas {scale}.target"), studies,
+                     left_out)

@@ -39,10 +39,9 @@ from __future__ import annotations
 import itertools
 import math
 import re
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
-import torch
 from pydantic import Field, model_validator
 
 from depthlab.tasks.base import (
@@ -57,6 +56,9 @@ from depthlab.tasks.base import (
     register,
     sample_distinct,
 )
+
+if TYPE_CHECKING:  # torch only in annotations: `depthlab tasks` lists the tasks without importing torch
+    import torch
 
 SPLITS = ("train", "eval", "all")
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"

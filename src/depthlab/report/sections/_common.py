@@ -103,9 +103,9 @@ def depth_curves_figure(ctx: ReportContext, grid: dict[str, Any], title: str) ->
                       "from the lowest to the highest seed; chance dashed")
 
 
-def accuracy_text(cell: dict[str, Any]) -> str:
+def accuracy_text(cell: dict[str, Any], seeds: bool = True) -> str:
+    """``0.850 ± 0.071 n=2``, ``1.000 n=1``: the mean over seeds, its spread, and (``seeds``) how many seeds."""
     if cell["accuracy"] is None:
         return "—"
-    if cell["seeds"] > 1:
-        return f"{fmt(cell['accuracy'])} ± {fmt(cell['accuracy_sd'])}"
-    return fmt(cell["accuracy"])
+    spread = f" ± {fmt(cell['accuracy_sd'])}" if cell["seeds"] > 1 else ""
+    return f"{fmt(cell['accuracy'])}{spread}" + (f" n={cell['seeds']}" if seeds else "")

@@ -13,6 +13,7 @@ import numpy as np
 from ...analysis.capability import depth_label
 from ...analysis.runs import attention_maps, load_run, sample_examples
 from ...draw.svg import esc
+from ...tasks import TASKS
 from ..html import ReportContext, section
 from ._common import ensure_runs, grids, model_summary
 
@@ -36,6 +37,10 @@ def compute_attention(ctx: ReportContext) -> None:
         if record["status"] not in ("done", "interrupted", "diverged"):
             runs[run_id]["attention"] = {"note": f"run is {record['status']}"}
             continue
+        task = ((record["config"] or {}).get("task") or {}).get("name")
+        if task not in TASKS:  # a plugin's task, its file not given: said in the section, not silently dropped
+            runs[run_id]["attention"] = {"note": unloaded_note(task), "unloaded": True}
+            continue
         try:
             loaded = load_run(ctx.store, run_id)
             key = json.dumps(record["config"]["task"], sort_keys=True)
@@ -51,17 +56,25 @@ def compute_attention(ctx: ReportContext) -> None:
         runs[run_id]["attention"] = {"step": loaded.step, "examples": examples}
 
 
+def unloaded_note(task: str | None) -> str:
+    """Why a run of a task this process does not know (a plugin's, loaded without its file) has no maps."""
+    return (f"task {task!r} is not loaded in this depthlab (a plugin's task?): its model cannot be run; give the "
+            f"plugin's file, depthlab --plugin FILE report …, to draw its attention maps")
+
+
 @section("attention", "Attention maps", order=30)
 def render(ctx: ReportContext) -> str | None:
     compute_attention(ctx)
     runs = ctx.data["runs"]
+    unloaded = sorted({record["task"] for record in ctx.runs if runs[record["id"]]["attention"].get("unloaded")})
+    notes = [f'<p class="muted attention-note">{esc(unloaded_note(task))}</p>' for task in unloaded]
     if not any(r.get("attention", {}).get("examples") for r in runs.values()):
-        return None
+        return "".join(notes) or None
     all_grids = grids(ctx)
     parts = [f'<p class="legend">The first example (of {ctx.examples} per task, the same for every run of a task) '
              'through one run per task and depth (the lowest seed that finished), every layer and head. Rows are '
              'queries, columns keys; hover a square for its value. Click a heat-map cell for every seed and '
-             'example.</p>']
+             'example.</p>', *notes]
     for grid in all_grids:
         if len(all_grids) > 1:
             parts.append(f'<h3>{esc(grid["model_label"])}</h3>')

@@ -58,7 +58,8 @@ def render(ctx: ReportContext) -> str | None:
                        "data-runs": " ".join(cell["runs"])}))
             title = f"{cell['task_label']} × {depth_label(cell['depth'])}"
             task = grid["tasks"][cell["task_index"]]
-            summary = (f"Accuracy {accuracy_text(cell)} over {cell['seeds']} finished of {len(cell['runs'])} runs "
+            summary = (f"Accuracy {accuracy_text(cell, seeds=False)} over {cell['seeds']} finished of "
+                       f"{len(cell['runs'])} runs "
                        f"(chance {fmt(cell['chance'])}); evaluated on {task['eval_protocol'] or '?'} "
                        f"({task['eval_examples'] or '?'} examples); model {model_summary(grid['model'])}; "
                        f"{cell['steps'] if cell['steps'] is not None else '?'} steps.")
@@ -69,7 +70,7 @@ def render(ctx: ReportContext) -> str | None:
                 ctx.add_template(f"tpl-cell-{cell['key']}", figure)
         notes = [fmt(t["chance"]) for t in grid["tasks"]]
         title = "final accuracy" if len(all_grids) == 1 else grid["model_label"]
-        svg = heatmap_svg(rows, cols, cells, title, row_notes=notes, uid=f"hm{g}")
+        svg = heatmap_svg(rows, cols, cells, title, row_notes=notes, uid=f"hm{g}", cell_w=140)  # room for n=…
         protocols = "; ".join(f"{t['label']}: {t['eval_protocol']} ({t['eval_examples']} examples)"
                               for t in grid["tasks"] if t["eval_protocol"])
         parts.append(f'<p class="grid-note">model <code>{esc(model_summary(grid["model"]))}</code></p>')
