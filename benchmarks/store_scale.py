@@ -2,8 +2,9 @@
 
 Builds each store by a script (realistic rows: configs as `depthlab sweep` writes them, over a grid of tasks,
 depths, learning rates, widths and seeds; final metrics of the finished runs; a curve of 20 evaluations, eval and
-train, loss and accuracy, for every 20th run), then runs each command as its own process and reads its wall time
-and peak resident memory (``os.wait4``: that child's ``ru_maxrss``). With ``--before SRC`` the same commands run a
+train, loss and accuracy, for every 20th run), then runs each command as its own process and reads its wall
+time, CPU time and peak resident memory (``os.wait4``: that child's ``ru_utime + ru_stime`` and ``ru_maxrss``; on a
+shared machine the CPU time is the steadier number). With ``--before SRC`` the same commands run a
 second time on another checkout's ``src`` (main's code before a change), in the same run, so the two are measured
 on the same machine at the same load:
 
@@ -109,7 +110,8 @@ def measure(src: str, args: list[str], store: Path, work: Path, limit: float) ->
     seconds = time.perf_counter() - started
     stderr = child.stderr.read().decode(errors="replace").strip().splitlines() if child.stderr else []
     code, usage = finished
-    return {"exit": code, "seconds": round(seconds, 2), "peak_mb": round(usage.ru_maxrss / 1024),
+    return {"exit": code, "seconds": round(seconds, 2), "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 2),
+            "peak_mb": round(usage.ru_maxrss / 1024),
             "stdout_bytes": (work / "stdout").stat().st_size, "stopped": code is None,
             "stderr": stderr[0][:160] if stderr else ""}
 
@@ -139,7 +141,8 @@ def main() -> None:
                               **measure(src, COMMANDS[name], store, work, options.limit)}
                     results.append(result)
                     took = f"stopped after {result['seconds']} s" if result["stopped"] else f"{result['seconds']} s"
-                    print(f"  {name:12} {version:6} {took:>22}  {result['peak_mb']:5} MB  exit {result['exit']}  "
+                    print(f"  {name:12} {version:6} {took:>22}  {result['cpu_seconds']:6} s CPU  "
+                          f"{result['peak_mb']:5} MB  exit {result['exit']}  "
                           f"{result['stdout_bytes']:,} bytes out  {result['stderr'][:60]}", flush=True)
     if options.json:
         print(json.dumps({"python": sys.version.split()[0], "cpus": os.cpu_count(), "results": results}))
