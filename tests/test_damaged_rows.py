@@ -83,3 +83,13 @@ def test_a_metrics_row_without_a_name_is_left_out_and_named(store):
     code, out, err = run_depthlab("metrics", "--json", "--store", str(root))
     rows = json.loads(out)["metrics"]
     assert code == 0 and len(rows) == 7 and all(isinstance(m["metric"], str) for m in rows), err
+
+
+def test_a_store_whose_trigger_deletes_runs_is_named_and_nothing_is_trained(store, tmp_path):
+    root, _, _ = store
+    damage(root, "CREATE TRIGGER gone AFTER INSERT ON runs BEGIN DELETE FROM runs WHERE id = NEW.id; END")
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(json.dumps({**RUN, "sweep": {"seed": [5, 6]}}))
+    code, out, err = run_depthlab("sweep", str(sweep), "--store", str(root), "--json")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert f"error: store {root}: run " in err and "a trigger or another program deletes runs" in err, err

@@ -203,7 +203,8 @@ class Store:
         group_id: str | None = None,
         tags: list[str] | None = None,
     ) -> str:
-        """Insert the run as "pending" unless it exists (an existing run is never reset); return its id."""
+        """Insert the run as "pending" unless it exists (an existing run is never reset); return its id. A run that is
+        not there once written (a trigger that deletes it) is a StoreError naming the store and the run."""
         rid = self.run_id(config)
         now = time.time()
         with self._write() as conn:
@@ -224,6 +225,9 @@ class Store:
                     to_json(list(tags or [])),
                 ),
             )
+            if conn.execute("SELECT 1 FROM runs WHERE id = ?", (rid,)).fetchone() is None:
+                raise StoreError(f"store {self.root}: run {rid} is not in table runs after it was written (a "
+                                 "trigger or another program deletes runs); nothing was trained; use another --store")
         return rid
 
     def _run_dict(self, row: tuple) -> dict[str, Any] | None:
