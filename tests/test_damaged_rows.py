@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from conftest import run_depthlab
 from depthlab.config import parse_run
 from depthlab.store import Store
-
-from conftest import run_depthlab
 
 RUN = {"task": {"name": "memorization", "n_words": 4, "length": 2, "n_examples": 8},
        "model": {"name": "attention_only", "layers": 1}, "train": {"steps": 4, "eval_every": 2, "batch_size": 8}}
@@ -74,7 +73,7 @@ def test_a_damaged_runs_row_is_left_out_and_named_and_the_rest_is_listed(store, 
 
 
 def test_a_metrics_row_without_a_name_is_left_out_and_named(store):
-    root, a, b = store
+    root, a, _ = store
     damage(root, f"UPDATE metrics SET name = NULL WHERE run_id = '{a}' AND step = 2 AND name = 'loss'")
     code, out, err = run_depthlab("report", "--examples", "0", "--json", "--out", str(root.parent / "r.html"),
                                   "--store", str(root))
