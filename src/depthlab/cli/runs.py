@@ -82,6 +82,8 @@ def sample(task: Annotated[str, typer.Argument(help="task name (see `depthlab ta
                  per_example=(spec.seq_len + 2) * TEXT_BYTES_PER_TOKEN)
     try:
         batch = spec.sample(n, np.random.default_rng(seed), split)
+    except UserError:  # a plugin's sample that failed: its own message
+        raise
     except ValueError as e:  # a split this task cannot sample (e.g. eval with eval_fraction 0)
         raise UserError(f"--split {split}: {' '.join(str(e).split())}") from None
     examples = []
