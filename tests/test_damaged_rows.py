@@ -50,6 +50,8 @@ CASES = {
                       "config task is '5', not an object"),
     "layers abc": ("UPDATE runs SET config = json_set(config, '$.model.layers', 'abc') WHERE id = '{a}'",
                    "run {a}", "config model.layers is 'abc', not a number"),
+    "final chance text": ("UPDATE runs SET final = json_set(final, '$.chance', 'a quarter') WHERE id = '{a}'",
+                          "run {a}", "final chance is 'a quarter', not a number"),
     "task NULL": ("UPDATE runs SET task = NULL WHERE id = '{a}'", "run {a}", "task is 'None', not text"),
 }
 

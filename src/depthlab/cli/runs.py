@@ -274,7 +274,11 @@ def _emit_list(key: str, items: Iterable[dict[str, Any]]) -> None:
     separator = ""
     sys.stdout.write(f'{{"{key}": [')
     for item in items:
-        sys.stdout.write(separator + json.dumps(to_jsonable(item), allow_nan=False, default=str))
+        try:  # what the store gives is JSON already; only a NaN (a metric's) needs to_jsonable's walk
+            text = json.dumps(item, allow_nan=False, default=str)
+        except ValueError:
+            text = json.dumps(to_jsonable(item), allow_nan=False, default=str)
+        sys.stdout.write(separator + text)
         separator = ", "
     sys.stdout.write("]}\n")
     sys.stdout.flush()
