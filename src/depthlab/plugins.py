@@ -258,20 +258,27 @@ def guard(cls: type[Task], path: Path) -> None:
         cls.dataset_size = _checked(cls.dataset_size, "dataset_size", label, path)
 
 
+def _run_plugin_code(code: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], label: str,
+                     path: Path) -> Any:
+    """``code(*args, **kwargs)`` as plugin code: what it raises becomes a PluginError naming ``label`` (a
+    KeyboardInterrupt, Ctrl-C or the plugin's own, stays an interruption, exit 130, named)."""
+    with running_plugin(label):
+        try:
+            return code(*args, **kwargs)
+        except PluginError:
+            raise
+        except KeyboardInterrupt as e:
+            raise PluginInterrupt(f"{label} was interrupted {_where(e, path)}".rstrip(": ")) from None
+        except BaseException as e:  # SystemExit too: a plugin must not end the command
+            raise PluginError(f"{label} raised {_where(e, path)}{_one_line(e)}") from None
+
+
 def _checked(original: Callable[..., Any], member: str, label: str, path: Path) -> Callable[..., Any]:
     """``original`` (a property's getter or ``dataset_size``) run as plugin code, its value checked."""
 
     @functools.wraps(original)
     def checked(self: Task, *args: Any, **kwargs: Any) -> Any:
-        with running_plugin(f"{label}: {member}"):
-            try:
-                value = original(self, *args, **kwargs)
-            except PluginError:
-                raise
-            except KeyboardInterrupt as e:
-                raise PluginInterrupt(f"{label}: {member} was interrupted {_where(e, path)}".rstrip(": ")) from None
-            except BaseException as e:
-                raise PluginError(f"{label}: {member} raised {_where(e, path)}{_one_line(e)}") from None
+        value = _run_plugin_code(original, (self, *args), kwargs, f"{label}: {member}", path)
         problem = member_problem(member, value)
         if problem:
             raise PluginError(f"{label}: {member} {problem}")
@@ -307,15 +314,7 @@ def _shown(value: Any) -> str:
 def _guarded(original: Callable[..., Any], method: str, label: str, path: Path) -> Callable[..., Any]:
     @functools.wraps(original)
     def checked(self: Task, *args: Any, **kwargs: Any) -> Any:
-        with running_plugin(f"{label}: {method}"):
-            try:
-                out = original(self, *args, **kwargs)
-            except PluginError:
-                raise
-            except KeyboardInterrupt as e:  # Ctrl-C or the plugin's own: still an interruption (exit 130), named
-                raise PluginInterrupt(f"{label}: {method} was interrupted {_where(e, path)}".rstrip(": ")) from None
-            except BaseException as e:  # SystemExit too: a plugin must not end the command
-                raise PluginError(f"{label}: {method} raised {_where(e, path)}{_one_line(e)}") from None
+        out = _run_plugin_code(original, (self, *args), kwargs, f"{label}: {method}", path)
         asked = kwargs.get("n", args[0] if args else None) if method == "sample" else None
         problem = batch_problem(self, out, asked)
         if problem is None and method == "enumerate" and out is not None:
