@@ -118,10 +118,8 @@ def table_bytes(frame: pd.DataFrame, fmt: str) -> bytes:
     return buffer.getvalue()
 
 
-def write_table(pages: Iterable[pd.DataFrame], fmt: str, file: BinaryIO) -> None:
-    """The pages of one table (frames of the same columns, at least one) written to ``file`` as one ``csv``,
-    ``parquet`` (needs pyarrow) or ``json`` file, a page at a time: the bytes :func:`table_bytes` gives for their
-    concatenation, with memory for one page."""
+def check_format(fmt: str) -> None:
+    """A UserError unless ``fmt`` is a format :func:`write_table` can write here (Parquet needs pyarrow)."""
     import importlib.util
 
     from ..errors import UserError
@@ -130,6 +128,13 @@ def write_table(pages: Iterable[pd.DataFrame], fmt: str, file: BinaryIO) -> None
         raise UserError(f"--format: must be one of {', '.join(TABLE_FORMATS)} (got {fmt!r})")
     if fmt == "parquet" and importlib.util.find_spec("pyarrow") is None:
         raise UserError("--format parquet: needs pyarrow; pip install 'depthlab[parquet]'")
+
+
+def write_table(pages: Iterable[pd.DataFrame], fmt: str, file: BinaryIO) -> None:
+    """The pages of one table (frames of the same columns, at least one) written to ``file`` as one ``csv``,
+    ``parquet`` (needs pyarrow) or ``json`` file, a page at a time: the bytes :func:`table_bytes` gives for their
+    concatenation, with memory for one page."""
+    check_format(fmt)
     if fmt == "json":
         separator = b"["
         for frame in pages:

@@ -251,9 +251,10 @@ def _write_table(pages: Iterable[Any], fmt: str, out: Path | None) -> None:
     time."""
     import io
 
-    from ..api.tables import write_table
+    from ..api.tables import check_format, write_table
     from ..store import atomic_writer
 
+    check_format(fmt)  # before a byte is written, or a file replaced
     if out is not None:
         with atomic_writer(out) as file:
             write_table(pages, fmt, file)

@@ -1,6 +1,7 @@
 """The embedded experiment store (SQLite + artifact folder): import everything from here.
 
 Modules, one job each: :mod:`.sqlite` the :class:`Store` (runs, metrics, artifacts, records);
+:mod:`.metrics` the runs' metrics rows;
 :mod:`.connection` opening the database for concurrent writers (WAL, busy timeout) or read-only; :mod:`.schema`
 the tables and their version; :mod:`.layout` where files live under a store root; :mod:`.rows` rows read back
 and checked; :mod:`.jsonable` the strict JSON rules (NaN/inf → null); :mod:`.files` atomic file writes;

@@ -19,14 +19,12 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import itertools
-import math
 import os
 import shutil
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,10 +33,11 @@ from depthlab.store.errors import StoreError, database_failure
 from depthlab.store.files import ensure_folder
 from depthlab.store.jsonable import to_json
 from depthlab.store.layout import artifacts_folder, check_run_id, check_store_path, database_path, is_valid_run_id
-from depthlab.store.rows import STATUSES, DamagedRow, artifact_path, config_value, json_value, metric_value, run_row
+from depthlab.store.metrics import IN_CHUNK, StoreMetrics
+from depthlab.store.rows import STATUSES, DamagedRow, artifact_path, config_value, json_value, run_row
 
 _RUN_COLUMNS = "id, task, model, config, status, step, created, updated, final, error, group_id, tags"
-_IN_CHUNK = 500  # ids per IN (...) clause, well below SQLite's variable limit
+
 _PAGE = 2000  # rows fetched at a time by the streaming reads
 
 
@@ -55,14 +54,7 @@ def _row_name(row: tuple) -> str:
     return f"a run whose id is {str(rid)[:20]!r} (task {str(row[1])[:40]!r}, created {str(row[6])[:20]})"
 
 
-def _value(v: Any) -> float | None:
-    if v is None:
-        return None
-    x = float(v)
-    return None if math.isnan(x) else x
-
-
-class Store:
+class Store(StoreMetrics):
     """An experiment store rooted at ``root``: runs, metrics and artifacts.
 
     ``create``: make the store when ``root`` holds none, and add tables added since (what training does); with
@@ -293,8 +285,8 @@ class Store:
         if filters is None or not unique:
             return []
         rows: list[tuple] = []
-        for i in range(0, len(unique), _IN_CHUNK):
-            chunk = unique[i : i + _IN_CHUNK]
+        for i in range(0, len(unique), IN_CHUNK):
+            chunk = unique[i : i + IN_CHUNK]
             clauses = [*filters[0], f"id IN ({', '.join('?' * len(chunk))})"]
             rows.extend(self._read(f"SELECT {_RUN_COLUMNS} FROM runs WHERE {' AND '.join(clauses)}",
                                    [*filters[1], *chunk]))
@@ -417,93 +409,6 @@ class Store:
             conn.execute("DELETE FROM runs WHERE id = ?", (run_id,))
         if is_valid_run_id(run_id):
             shutil.rmtree(self.run_folder(run_id), ignore_errors=True)
-
-    # --------------------------------------------------------------------------- metrics
-
-    def log_metrics(self, run_id: str, step: int, split: str, values: dict[str, float]) -> None:
-        """Record ``values`` of one run at ``step``; re-logging a step replaces its rows."""
-        self.log_metrics_many([(run_id, step, split, values)])
-
-    def log_metrics_many(self, rows: Sequence[tuple[str, int, str, dict[str, float]]]) -> None:
-        """Record metrics of many runs (``(run_id, step, split, values)`` each) in one transaction."""
-        flat = [
-            (run_id, int(step), split, str(name), _value(v))
-            for run_id, step, split, values in rows
-            for name, v in values.items()
-        ]
-        if not flat:
-            return
-        with self._write() as conn:
-            conn.executemany(
-                "INSERT OR REPLACE INTO metrics (run_id, step, split, name, value) VALUES (?, ?, ?, ?, ?)",
-                flat,
-            )
-
-    def metric_columns(self, run_id: str, split: str | None = None) -> dict[str, dict[str, list]]:
-        """One run's metrics as ``{split: {"step": [...], name: [...]}}`` ordered by step; a name missing at a step
-        is NaN. (``depthlab.Store.metrics`` gives every run's as one long pandas table.)"""
-        sql = "SELECT step, split, name, value FROM metrics WHERE run_id = ?"
-        params: list[Any] = [run_id]
-        if split is not None:
-            sql += " AND split = ?"
-            params.append(split)
-        table: dict[str, dict[int, dict[str, float]]] = {}
-        for step, sp, name, value in self._metric_rows(self._read(sql + " ORDER BY split, step, name", params),
-                                                       run_id):
-            table.setdefault(sp, {}).setdefault(step, {})[name] = value
-        out: dict[str, dict[str, list]] = {}
-        for sp, by_step in table.items():
-            steps = sorted(by_step)
-            names = sorted({n for vals in by_step.values() for n in vals})
-            columns: dict[str, list] = {"step": steps}
-            for name in names:
-                columns[name] = [by_step[s].get(name, math.nan) for s in steps]
-            out[sp] = columns
-        return out
-
-    def metric_rows(self, run_ids: Sequence[str] | None = None) -> list[tuple[str, int, str, str, float]]:
-        """Every metrics row ``(run_id, step, split, name, value)`` of ``run_ids`` (default: every run), runs in
-        creation order (or the order of ``run_ids``), then by split, step and name; a NaN value reads back as NaN."""
-        return list(self.iter_metric_rows(run_ids))
-
-    def iter_metric_rows(self, run_ids: Sequence[str] | None = None) -> Iterator[tuple[str, int, str, str, float]]:
-        """The rows of :meth:`metric_rows`, read a page at a time (memory stays flat in the store's size)."""
-        sql = ("SELECT m.run_id, m.step, m.split, m.name, m.value FROM metrics m LEFT JOIN runs r ON r.id = m.run_id"
-               " {where} ORDER BY {order} m.run_id, m.split, m.step, m.name")
-        if run_ids is None:
-            chunks: Iterable[tuple[str, list[str]]] = [("", [])]
-        else:
-            unique = list(dict.fromkeys(run_ids))
-            chunks = ((f"WHERE m.run_id IN ({', '.join('?' * len(chunk))})", chunk)
-                      for chunk in (unique[i : i + _IN_CHUNK] for i in range(0, len(unique), _IN_CHUNK)))
-        for where, chunk in chunks:
-            rows = self._stream(sql.format(where=where, order="" if chunk else "coalesce(r.created, 0),"), chunk)
-            by_run: Iterable[tuple[Any, Iterable[tuple]]] = itertools.groupby(rows, key=lambda row: row[0])
-            if chunk:  # in the order asked for: a chunk's rows (at most 500 runs') put in that order
-                runs = {run_id: list(group) for run_id, group in by_run}
-                by_run = ((run_id, runs[run_id]) for run_id in chunk if run_id in runs)
-            for run_id, rows_of_run in by_run:
-                yield from ((run_id, *row) for row in self._metric_rows([r[1:] for r in rows_of_run], run_id))
-
-    def _metric_rows(self, rows: list[tuple], run_id: str) -> list[tuple[int, str, str, float]]:
-        """``(step, split, name, value)`` rows of one run with their values read (NULL and NaN as NaN); a row whose
-        run id is not text, step not an integer, split or name not text, or value not a number is left out and
-        noted in :attr:`damage`."""
-        out = []
-        for step, split, name, value in rows:
-            try:
-                if not isinstance(run_id, str):
-                    raise DamagedRow("run_id", f"is {str(run_id)[:40]!r}, not a run id")
-                if isinstance(step, bool) or not isinstance(step, int):
-                    raise DamagedRow("step", f"is {str(step)[:40]!r}, not an integer")
-                for column, text in (("split", split), ("name", name)):
-                    if not isinstance(text, str) or not text:
-                        raise DamagedRow(column, f"is {str(text)[:40]!r}, not a name")
-                out.append((step, split, name, metric_value(value)))
-            except DamagedRow as e:
-                self._damaged(f"run {run_id}", f"metrics {step} {split} {name}",
-                              f"metrics row (step {str(step)[:20]}, {split}, {name}): {e}")
-        return out
 
     # ------------------------------------------------------------------------- artifacts
 
