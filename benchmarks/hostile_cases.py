@@ -192,6 +192,68 @@ def cases(work: Path) -> list[tuple[str, tuple[int, str]]]:
     nomodel = write(work / "nomodel.yaml", {k: v for k, v in RUN.items() if k != "model"})
     case("train nomodel.yaml --set model.layers=2", depthlab("train", str(nomodel), "--set", "model.layers=2",
                                                              "--store", str(work / "s6"), "--json"))
+
+    # issue 47, items 4 and 5 (i47b): damaged rows and plugin members named, never internal
+    rows = {"runs.id NULL, runs": ("UPDATE runs SET id = NULL WHERE id = '{a}'", ["runs"]),
+            "runs.id NULL, metrics PREFIX": ("UPDATE runs SET id = NULL WHERE id = '{a}'", ["metrics", "{b6}"]),
+            "metrics.name NULL, report": ("UPDATE metrics SET name = NULL WHERE run_id = '{a}'",
+                                          ["report", "--examples", "0", "--out", str(work / "r47.html")]),
+            "final accuracy text, runs": ("UPDATE runs SET final = json_set(final, '$.accuracy', 'high') "
+                                          "WHERE id = '{a}'", ["runs"]),
+            "final chance text, report": ("UPDATE runs SET final = json_set(final, '$.chance', 'a quarter') "
+                                          "WHERE id = '{a}'", ["report", "--examples", "0", "--out",
+                                                               str(work / "r47.html")]),
+            'config {"task": 5}, runs': ("UPDATE runs SET config = json_set(config, '$.task', 5) WHERE id = '{a}'",
+                                         ["runs"]),
+            'layers "abc", report': ("UPDATE runs SET config = json_set(config, '$.model.layers', 'abc') "
+                                     "WHERE id = '{a}'", ["report", "--examples", "0", "--out",
+                                                          str(work / "r47.html")]),
+            "a trigger deleting runs, sweep": ("CREATE TRIGGER gone AFTER INSERT ON runs BEGIN DELETE FROM runs "
+                                               "WHERE id = NEW.id; END", ["sweep", str(layers)])}
+    for what, (sql, command) in rows.items():
+        damaged = copy(f"rows47-{len(out)}")
+        with sqlite3.connect(damaged / "depthlab.sqlite") as conn:
+            conn.execute(sql.replace("{a}", a))
+        case(f"store edited by hand ({what})",
+             depthlab(*[c.replace("{b6}", b[:6]) for c in command], "--store", str(damaged)))
+    members = {"dataset_size returning a string": ("dataset_size = lambda self, split='eval': '64'", ["tasks"]),
+               "seq_len 3.5": ("seq_len = property(lambda self: 3.5)", ["tasks"]),
+               "chance as text": ("chance = property(lambda self: '0.25')", ["tasks"]),
+               "an unknown loss": ("loss = 'hinge'", ["tasks"]),
+               "torch tensors (CPU) from sample": (
+                   "sample = lambda self, n, rng, split='train': __import__('depthlab').tasks.base.Batch("
+                   "__import__('torch').zeros((n, 3), dtype=__import__('torch').long), "
+                   "__import__('torch').zeros(n, dtype=__import__('torch').long))", ["sample", "-n", "2"]),
+               "torch tensors (meta) from sample": (
+                   "sample = lambda self, n, rng, split='train': __import__('depthlab').tasks.base.Batch("
+                   "__import__('torch').empty((n, 3), device='meta'), __import__('torch').empty(n, device='meta'))",
+                   ["sample", "-n", "2"]),
+               "regression targets of the wrong shape": (
+                   "loss = 'mse'\n    sample = lambda self, n, rng, split='train': __import__('depthlab').tasks.base"
+                   ".Batch(rng.integers(0, 4, (n, 3)), rng.random(n))", ["sample", "-n", "2"]),
+               "KeyboardInterrupt in sample": (
+                   "def sample(self, n, rng, split='train'):\n        raise KeyboardInterrupt", ["sample", "-n", "2"]),
+               "enumerate 5 examples, dataset_size 64": (
+                   "dataset_size = lambda self, split='eval': 64\n    enumerate = lambda self, split='eval': "
+                   "self.sample(5, __import__('numpy').random.default_rng(0))", ["train"])}
+    for what, (member, command) in members.items():
+        slug = f"member47_{len(out)}"
+        source = template.format(kind=slug, body=bodies["width"].replace("(n, 4)", "(n, 3)"))
+        plugin = write(work / f"{slug}.py", f"{source}    {member}\n")
+        args = [*command[:1], f"hostile_{slug}", *command[1:]] if command[0] == "sample" else command
+        if command == ["train"]:
+            args = ["train", str(write(work / f"{slug}.yaml", {**RUN, "task": {"name": f"hostile_{slug}"}})),
+                    "--store", str(work / "s47")]
+        case(f"plugin task: {what}, {command[0]}", depthlab("--plugin", str(plugin), *args))
+    for what, top in (("os.write(1, …) on import", "import os\nos.write(1, b'from the plugin\\n')\n"),
+                      ("os.fork() on import", "import os\nif os.fork() == 0:\n    print('child')\n")):
+        plugin = write(work / f"top47_{len(out)}.py", top + template.format(kind=f"top{len(out)}",
+                                                                           body=bodies["target-99"]))
+        done = subprocess.run([sys.executable, "-m", "depthlab.cli", "--plugin", str(plugin), "tasks", "--json"],
+                              capture_output=True, text=True, timeout=TIMEOUT)
+        case(f"plugin {what}, tasks --json", (done.returncode, f"{len(done.stdout.strip().splitlines())} line(s) on "
+                                                               f"stdout; stderr: {done.stderr.strip()[:90]!r}"))
+    # end of issue 47, items 4 and 5
     return out
 
 

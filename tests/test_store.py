@@ -35,7 +35,7 @@ def store(tmp_path: Path):
 
 
 def _config(seed: int = 0, **kw) -> dict:
-    return {"task": "parity", "model": {"kind": "transformer", "depth": 2}, "seed": seed, **kw}
+    return {"task": {"name": "parity"}, "model": {"name": "transformer", "layers": 2}, "seed": seed, **kw}
 
 
 # ------------------------------------------------------------------------------------ opening
@@ -101,13 +101,13 @@ def test_default_store_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> 
 
 def test_run_id_stable_and_sensitive() -> None:
     a = _config(seed=1)
-    reordered = {"seed": 1, "model": {"depth": 2, "kind": "transformer"}, "task": "parity"}
+    reordered = {"seed": 1, "model": {"layers": 2, "name": "transformer"}, "task": {"name": "parity"}}
     rid = Store.run_id(a)
     assert len(rid) == 16 and all(c in "0123456789abcdef" for c in rid)
     assert Store.run_id(reordered) == rid
     assert Store.run_id(_config(seed=2)) != rid
     assert Store.run_id(_config(seed=1, lr=1e-3)) != rid
-    assert Store.run_id({**a, "model": {"kind": "transformer", "depth": 3}}) != rid
+    assert Store.run_id({**a, "model": {"name": "transformer", "layers": 3}}) != rid
     # the documented formula, literally
     import hashlib
 
@@ -130,7 +130,7 @@ def test_create_get_find_round_trip(store: Store) -> None:
     assert store.get_run("nope") is None
 
     rid2 = store.create_run(_config(seed=4), task="parity", model="mlp", tags=["b"])
-    rid3 = store.create_run(_config(seed=5, task="copy"), task="copy", model="mlp")
+    rid3 = store.create_run(_config(seed=5, task={"name": "copy"}), task="copy", model="mlp")
     store.set_status(rid2, "running", step=10)
     assert [r["id"] for r in store.find_runs()] == [rid, rid2, rid3]
     assert [r["id"] for r in store.find_runs(status="running")] == [rid2]

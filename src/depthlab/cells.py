@@ -62,12 +62,16 @@ def varying_fields(configs: list[dict[str, Any]], slot: Callable[[dict[str, Any]
     and depth). A field some configs lack differs from any value. Fields named in ``ignore``, or under one
     (``model.layers``, ``task``), are left out. In the order the fields first appear."""
     skip = (SEED, *ignore)
-    flats = [flat_fields(without_seed(c)) for c in configs]
-    names = list(dict.fromkeys(n for f in flats for n in f
+    distinct: dict[tuple[Hashable, str], tuple[Hashable, dict[str, Any]]] = {}
+    for c in configs:  # the seeds of one cell in one slot count once: a store of 100,000 runs has far fewer cells
+        place = slot(c) if slot else None
+        distinct.setdefault((place, cell_key(c)), (place, c))
+    flats = [(place, flat_fields(without_seed(c))) for place, c in distinct.values()]
+    names = list(dict.fromkeys(n for _, f in flats for n in f
                                if not any(n == s or n.startswith(f"{s}.") for s in skip)))
     slots: dict[Hashable, list[dict[str, Any]]] = {}
-    for c, f in zip(configs, flats, strict=True):
-        slots.setdefault(slot(c) if slot else None, []).append(f)
+    for place, f in flats:
+        slots.setdefault(place, []).append(f)
     return [n for n in names if any(len({_value_key(f.get(n, _ABSENT)) for f in group}) > 1
                                     for group in slots.values())]
 
@@ -90,9 +94,18 @@ def value_text(value: Any) -> str:
 
 
 def field_values(config: dict[str, Any], fields: list[str]) -> dict[str, Any]:
-    """The values of dotted ``fields`` in ``config`` (None where it lacks one)."""
-    flat = flat_fields(config)
-    return {f: flat.get(f) for f in fields}
+    """The values of dotted ``fields`` in ``config`` (None where it lacks one): :func:`flat_fields`'s values, read
+    by walking the config (a listing of 100,000 runs asks this of each)."""
+    return {f: _dotted(config, f) for f in fields}
+
+
+def _dotted(config: dict[str, Any], name: str) -> Any:
+    value: Any = config
+    for part in name.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return flat_fields(config).get(name)  # a key that holds a dot itself
+        value = value[part]
+    return None if isinstance(value, dict) and value else value
 
 
 def settings_text(config: dict[str, Any], fields: list[str]) -> str:

@@ -54,12 +54,35 @@ LOADED: dict[Path, ModuleType] = {}  # plugin files loaded in this process, by a
 
 
 GUARDED = ("sample", "enumerate")  # the task methods whose output depthlab trains on
+CHECKED = ("vocab", "labels", "seq_len", "chance")  # the task properties checked each time depthlab reads them
+LOSSES = ("cross_entropy", "mse", "bce", "bce_balanced")  # what depthlab.training.objectives computes
 _RUNNING = threading.local()  # .label: the plugin code this thread is running (see running_plugin)
 _REAL_EXIT = os._exit
+_REAL_FORK = getattr(os, "fork", None)
 
 
 class PluginError(UserError, ValueError):
     """Plugin code that failed or returned what a task may not: the message names the file, the task, the method."""
+
+
+class PluginInterrupt(KeyboardInterrupt):
+    """A KeyboardInterrupt raised while plugin code ran: still an interruption (exit 130), its message names the
+    plugin file, the task and the method (and :func:`interruption` gives it to the CLI, which Typer's exit code
+    130 leaves without the exception)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        _INTERRUPTED.append(message)
+
+
+_INTERRUPTED: list[str] = []
+
+
+def interruption() -> str | None:
+    """Where plugin code was interrupted (the last :class:`PluginInterrupt` since the last call), or None."""
+    last = _INTERRUPTED[-1] if _INTERRUPTED else None
+    _INTERRUPTED.clear()
+    return last
 
 
 def _exit_guard(code: int) -> None:
@@ -88,10 +111,43 @@ class _PluginStdout:
         return getattr(self.out, name)
 
 
+def _fork_guard() -> int:
+    """``os.fork`` while plugins are loaded: refused in a thread running plugin code (a second depthlab process
+    would write a second answer to stdout), the real one elsewhere."""
+    label = getattr(_RUNNING, "label", None)
+    if label is not None:
+        raise PluginError(f"{label}: called os.fork(), which would run the rest of depthlab twice; start "
+                          f"processes with subprocess instead")
+    assert _REAL_FORK is not None
+    return _REAL_FORK()
+
+
 def _install_guards() -> None:
     os._exit = _exit_guard
+    if _REAL_FORK is not None:
+        os.fork = _fork_guard
     if not isinstance(sys.stdout, _PluginStdout) and sys.stdout is not None:
         sys.stdout = _PluginStdout(sys.stdout)
+
+
+@contextlib.contextmanager
+def _stdout_descriptor_to_stderr() -> Iterator[None]:
+    """File descriptor 1 pointed at stderr while a plugin file is imported: what it writes with ``os.write(1, …)``
+    (past ``sys.stdout``) cannot reach ``--json``'s one line."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # no stdout at all: nothing to protect
+        yield
+        return
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 @contextlib.contextmanager
@@ -191,27 +247,90 @@ def _incomplete(cls: type[Task]) -> str | None:
 
 
 def guard(cls: type[Task], path: Path) -> None:
-    """Wrap ``cls.sample`` and ``cls.enumerate`` (a task class of the plugin file ``path``): what they return is
-    checked (:func:`batch_problem`) and what they raise becomes a PluginError naming the file, task and method."""
+    """Wrap the members of a task class of the plugin file ``path``: what ``sample`` and ``enumerate`` return is
+    checked (:func:`batch_problem`, and ``enumerate`` against ``dataset_size``), and so is each value of ``vocab``,
+    ``labels``, ``seq_len``, ``chance`` and ``dataset_size`` (:func:`member_problem`); what they raise becomes a
+    PluginError naming the file, task and member. ``loss`` is checked here, at load."""
+    label = f"plugin {path}: task {cls.name}"
+    if not isinstance(cls.loss, str) or cls.loss not in LOSSES:
+        raise PluginError(f"{label}: loss is {str(cls.loss)[:40]!r}; allowed: {', '.join(LOSSES)}")
     cls.plugin_file = str(path)  # what config's messages name when the task's own checks refuse it
     for method in GUARDED:
         original = getattr(cls, method)
         if not getattr(original, "plugin_guarded", False):
-            setattr(cls, method, _guarded(original, method, f"plugin {path}: task {cls.name}", path))
+            setattr(cls, method, _guarded(original, method, label, path))
+    for name in CHECKED:
+        member = cls.__dict__.get(name)
+        if isinstance(member, property) and member.fget and not getattr(member.fget, "plugin_guarded", False):
+            setattr(cls, name, property(_checked(member.fget, name, label, path)))
+    if not getattr(cls.dataset_size, "plugin_guarded", False):
+        cls.dataset_size = _checked(cls.dataset_size, "dataset_size", label, path)
+
+
+def _run_plugin_code(code: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], label: str,
+                     path: Path) -> Any:
+    """``code(*args, **kwargs)`` as plugin code: what it raises becomes a PluginError naming ``label`` (a
+    KeyboardInterrupt, Ctrl-C or the plugin's own, stays an interruption, exit 130, named)."""
+    with running_plugin(label):
+        try:
+            return code(*args, **kwargs)
+        except PluginError:
+            raise
+        except KeyboardInterrupt as e:
+            raise PluginInterrupt(f"{label} was interrupted {_where(e, path)}".rstrip(": ")) from None
+        except BaseException as e:  # SystemExit too: a plugin must not end the command
+            raise PluginError(f"{label} raised {_where(e, path)}{_one_line(e)}") from None
+
+
+def _checked(original: Callable[..., Any], member: str, label: str, path: Path) -> Callable[..., Any]:
+    """``original`` (a property's getter or ``dataset_size``) run as plugin code, its value checked."""
+
+    @functools.wraps(original)
+    def checked(self: Task, *args: Any, **kwargs: Any) -> Any:
+        value = _run_plugin_code(original, (self, *args), kwargs, f"{label}: {member}", path)
+        problem = member_problem(member, value)
+        if problem:
+            raise PluginError(f"{label}: {member} {problem}")
+        return value
+
+    checked.plugin_guarded = True  # type: ignore[attr-defined]
+    return checked
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int | np.integer) and not isinstance(value, bool)
+
+
+def member_problem(member: str, value: Any) -> str | None:
+    """What is wrong with ``value`` as the task member ``member``, in words; None when nothing is."""
+    if member in ("vocab", "labels"):
+        if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+            return f"is {_shown(value)}; it must be a list of names (text)"
+    elif member in ("seq_len", "dataset_size"):
+        if not _whole(value) or value < (1 if member == "seq_len" else 0):
+            least = "1 or more" if member == "seq_len" else "0 or more"
+            return f"is {_shown(value)}; it must be a whole number, {least}"
+    elif member == "chance" and (isinstance(value, bool) or not isinstance(value, int | float | np.number)
+                                 or not 0 <= float(value) <= 1):
+        return f"is {_shown(value)}; it must be a number from 0 to 1"
+    return None
+
+
+def _shown(value: Any) -> str:
+    return f"{str(value)[:40]!r} ({type(value).__name__})"
 
 
 def _guarded(original: Callable[..., Any], method: str, label: str, path: Path) -> Callable[..., Any]:
     @functools.wraps(original)
     def checked(self: Task, *args: Any, **kwargs: Any) -> Any:
-        with running_plugin(f"{label}: {method}"):
-            try:
-                out = original(self, *args, **kwargs)
-            except (KeyboardInterrupt, PluginError):
-                raise
-            except BaseException as e:  # SystemExit too: a plugin must not end the command
-                raise PluginError(f"{label}: {method} raised {_where(e, path)}{_one_line(e)}") from None
+        out = _run_plugin_code(original, (self, *args), kwargs, f"{label}: {method}", path)
         asked = kwargs.get("n", args[0] if args else None) if method == "sample" else None
         problem = batch_problem(self, out, asked)
+        if problem is None and method == "enumerate" and out is not None:
+            split = kwargs.get("split", args[0] if args else "eval")
+            size = self.dataset_size(split)
+            if len(out.inputs) != size:
+                problem = f"{len(out.inputs):,} examples, while dataset_size({split!r}) says {size:,}"
         if problem:
             raise PluginError(f"{label}: {method} returned {problem}")
         return out
@@ -235,7 +354,10 @@ def batch_problem(task: Task, out: Any, asked: Any = None) -> str | None:
         return None
     if not isinstance(out, Batch):
         return f"a {type(out).__name__}, not a depthlab.tasks.base.Batch"
-    inputs, targets = np.asarray(out.inputs), np.asarray(out.targets)
+    for part, array in (("inputs", out.inputs), ("targets", out.targets)):
+        if not isinstance(array, np.ndarray):  # a torch tensor (on the CPU, a GPU or the meta device), a list
+            return f"{part} as a {type(array).__module__}.{type(array).__name__}, not a numpy array"
+    inputs, targets = out.inputs, out.targets
     n = len(inputs) if inputs.ndim else 0
     if isinstance(asked, int) and n != asked:
         return f"{n} examples, {asked} were asked for"
@@ -261,6 +383,12 @@ def batch_problem(task: Task, out: Any, asked: Any = None) -> str | None:
         bad = _outside(targets, task.n_outputs)
         if bad is not None:
             return f"target {bad}, outside its {task.n_outputs} labels (ids 0 to {task.n_outputs - 1})"
+    else:  # mse, bce: float targets of the model's output shape, a value per label
+        positions = task.read_positions
+        shape = (n, task.n_outputs) if positions is None else (n, len(positions), task.n_outputs)
+        if targets.shape != shape or not np.issubdtype(targets.dtype, np.number):
+            return f"targets of shape {list(targets.shape)} ({targets.dtype}); a {task.loss} task needs numbers of " \
+                   f"shape {list(shape)} (the model's outputs: a value per label)"
     return None
 
 
@@ -288,7 +416,7 @@ def load_plugin_file(path: str | Path) -> list[str]:
     sys.modules[module_name] = module
     _install_guards()
     try:
-        with running_plugin(label):
+        with running_plugin(label), _stdout_descriptor_to_stderr():
             names = _registering(label, lambda: spec.loader.exec_module(module), resolved, module_name)
         if not names:
             raise UserError(f"{label}: defines no task; decorate a Task subclass with @register "
@@ -296,14 +424,34 @@ def load_plugin_file(path: str | Path) -> list[str]:
     except UserError:
         sys.modules.pop(module_name, None)
         raise
+    try:
+        for name in names:
+            if name in TASKS and TASKS[name].__module__ == module_name:
+                guard(TASKS[name], resolved)
+                _check_defaults(TASKS[name])
+    except UserError:
+        _restore(TASKS, {n: t for n, t in TASKS.items() if t.__module__ != module_name})
+        sys.modules.pop(module_name, None)
+        raise
     LOADED[resolved] = module
-    for name in names:
-        if name in TASKS and TASKS[name].__module__ == module_name:
-            guard(TASKS[name], resolved)
     recorded = _recorded()
     if str(resolved) not in recorded:
         os.environ[ENV] = os.pathsep.join([*recorded, str(resolved)])
     return names
+
+
+def _check_defaults(cls: type[Task]) -> None:
+    """The checked members of a task built with its defaults, read once at load (a task whose fields have no
+    defaults is checked at first use instead)."""
+    try:
+        task = cls()
+    except PluginError:
+        raise
+    except Exception:  # fields without defaults, or defaults its own validators refuse: checked when configured
+        return
+    for member in CHECKED:
+        getattr(task, member)
+    task.dataset_size("eval")
 
 
 def blame(error: BaseException) -> str | None:

@@ -40,15 +40,20 @@ def depth_label(depth: Any) -> str:
 CELL_AXES = ("model.layers",)  # what a capability table lays out as columns, never as a label
 
 
-def capability_rows(store: Store, run_ids: list[str]) -> list[dict[str, Any]]:
+def capability_rows(store: Store, run_ids: list[str], records: list[dict[str, Any]] | None = None
+                    ) -> list[dict[str, Any]]:
     """One row per cell (the runs whose configs differ only in the seed: ``depthlab.cells``), in the order the
     runs are given; runs that were not trained (``llm-bench``) are left out.
 
     Each row's ``label`` is its task's name and every field in which it differs from other cells of that task
     besides the depth (``icqa lr=0.01``; ``settings`` holds them as ``{"train.lr": 0.01}``), so two cells that
     differ in anything but depth never share a row of a table, and a field that changes with the depth (800 steps
-    at 1 layer, 2,000 at 2) is named too, never hidden behind one label."""
-    records = [r for r in (store.get_run(i) for i in run_ids) if r is not None and is_trained(r)]
+    at 1 layer, 2,000 at 2) is named too, never hidden behind one label. ``records``: the runs' store records,
+    where the caller has read them already (else they are read in one pass)."""
+    if records is None:
+        by_id = {r["id"]: r for r in store.find_runs(ids=run_ids)}
+        records = [by_id[i] for i in dict.fromkeys(run_ids) if i in by_id]
+    records = [r for r in records if is_trained(r)]
     groups = group_cells(records)
     configs = [runs[0]["config"] for runs in groups]
     fields = variant_fields(configs, lambda c: c["task"]["name"], ignore=CELL_AXES)
@@ -100,7 +105,8 @@ def format_cell(row: dict[str, Any]) -> str:
     return f"{row['accuracy']:.3f} ± {sd:.3f}"
 
 
-def capability_grids(store: Store, run_ids: list[str]) -> list[dict[str, Any]]:
+def capability_grids(store: Store, run_ids: list[str], records: list[dict[str, Any]] | None = None
+                     ) -> list[dict[str, Any]]:
     """The capability table arranged as heat maps: one grid per model variant (the model config without
     ``layers``), a row per task variant (the cell's task and training config: a store of one task at two learning
     rates has two rows, ``icqa lr=0.003`` and ``icqa lr=0.01``), a column per depth (``model.layers``).
@@ -108,8 +114,9 @@ def capability_grids(store: Store, run_ids: list[str]) -> list[dict[str, Any]]:
     Each grid: ``model`` (config without layers), ``model_label``, ``tasks`` (list of ``{"config", "label",
     "name", "settings", "chance", "eval_protocol", "eval_examples"}``: the rows), ``depths`` (sorted) and
     ``cells``: a list of capability rows (:func:`capability_rows`) each with ``task_index`` and ``depth`` added.
+    ``records`` as for :func:`capability_rows`.
     """
-    rows = capability_rows(store, run_ids)
+    rows = capability_rows(store, run_ids, records)
     grids: dict[str, dict[str, Any]] = {}
     for row in rows:
         config = row["config"]

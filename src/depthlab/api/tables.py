@@ -13,8 +13,8 @@ Each column gets the dtype its values call for: ``int64`` (``Int64`` where some 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -111,19 +111,49 @@ def _text_cells(frame: pd.DataFrame) -> pd.DataFrame:
 
 def table_bytes(frame: pd.DataFrame, fmt: str) -> bytes:
     """``frame`` written as ``csv``, ``parquet`` (needs pyarrow) or ``json`` (an array of records; NaN as null)."""
-    import importlib.util
     import io
+
+    buffer = io.BytesIO()
+    write_table([frame], fmt, buffer)
+    return buffer.getvalue()
+
+
+def check_format(fmt: str) -> None:
+    """A UserError unless ``fmt`` is a format :func:`write_table` can write here (Parquet needs pyarrow)."""
+    import importlib.util
 
     from ..errors import UserError
 
     if fmt not in TABLE_FORMATS:
         raise UserError(f"--format: must be one of {', '.join(TABLE_FORMATS)} (got {fmt!r})")
-    if fmt == "json":
-        return (frame.to_json(orient="records", date_format="iso") + "\n").encode()
-    if fmt == "csv":
-        return _text_cells(frame).to_csv(index=False).encode()
-    if importlib.util.find_spec("pyarrow") is None:
+    if fmt == "parquet" and importlib.util.find_spec("pyarrow") is None:
         raise UserError("--format parquet: needs pyarrow; pip install 'depthlab[parquet]'")
-    buffer = io.BytesIO()
-    _text_cells(frame).to_parquet(buffer, index=False)
-    return buffer.getvalue()
+
+
+def write_table(pages: Iterable[pd.DataFrame], fmt: str, file: BinaryIO) -> None:
+    """The pages of one table (frames of the same columns, at least one) written to ``file`` as one ``csv``,
+    ``parquet`` (needs pyarrow) or ``json`` file, a page at a time: the bytes :func:`table_bytes` gives for their
+    concatenation, with memory for one page."""
+    check_format(fmt)
+    if fmt == "json":
+        separator = b"["
+        for frame in pages:
+            text = frame.to_json(orient="records", date_format="iso")
+            if text != "[]":
+                file.write(separator + text[1:-1].encode())
+                separator = b","
+        file.write(b"[]\n" if separator == b"[" else b"]\n")
+    elif fmt == "csv":
+        for i, frame in enumerate(pages):
+            file.write(_text_cells(frame).to_csv(index=False, header=i == 0).encode())
+    else:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        writer = None
+        for frame in pages:
+            table = pa.Table.from_pandas(_text_cells(frame), preserve_index=False)
+            writer = writer or pq.ParquetWriter(file, table.schema)
+            writer.write_table(table.cast(writer.schema))
+        if writer is not None:
+            writer.close()

@@ -202,6 +202,9 @@ def main() -> None:
     if line:
         print(f"error: {line}", file=sys.stderr)
     if code == 130:
-        print("interrupted", file=sys.stderr)
+        from ..plugins import interruption
+
+        where = interruption()  # plugin code that raised KeyboardInterrupt: named
+        print(f"interrupted{': ' if where else ''}{where or ''}", file=sys.stderr)
     if isinstance(code, int) and code:
         raise SystemExit(code)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import bisect
 import json
 import sys
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -83,6 +84,8 @@ def sample(task: Annotated[str, typer.Argument(help="task name (see `depthlab ta
                  per_example=(spec.seq_len + 2) * TEXT_BYTES_PER_TOKEN)
     try:
         batch = spec.sample(n, np.random.default_rng(seed), split)
+    except UserError:  # a plugin's sample that failed: its own message
+        raise
     except ValueError as e:  # a split this task cannot sample (e.g. eval with eval_fraction 0)
         raise UserError(f"--split {split}: {' '.join(str(e).split())}") from None
     examples = []
@@ -156,20 +159,28 @@ def sweep(config: Annotated[Path, typer.Argument(help="sweep file (YAML): a run 
         emit({"runs": [r.to_dict() for r in run_results(db, ids, results)], "threads": threads,
               "store": str(db.root)})
         return
-    _show_runs(_rows_from_store(db, ids), [r["id"] for r in db.find_runs()])
+    _show_runs(_rows_from_store(db, ids), db.run_ids())
 
 
 def _rows_from_store(db, ids: list[str] | None = None, status: str | None = None, task: str | None = None):
-    """The runs as rows of ``depthlab runs``: what every run has, its ``cell`` (``depthlab.cells``) and its
-    ``settings``: the config fields in which runs of one task, model and depth differ (a learning rate, a width)."""
-    from ..cells import cell_id, field_values, list_fields
+    """The runs as rows of ``depthlab runs`` (:func:`_run_row`), with the settings in which they differ."""
+    from ..cells import list_fields
 
     records = db.find_runs(status=status, task=task, ids=ids)
     fields = list_fields([r["config"] or {} for r in records])
-    return [{"id": r["id"], "task": r["task"], "model": r["model"], "status": r["status"], "step": r["step"],
-             "seed": r["config"].get("seed"), "layers": (r["config"].get("model") or {}).get("layers"),
-             "cell": cell_id(r["config"] or {}), "settings": field_values(r["config"] or {}, fields),
-             "metrics": r["final"] or {}} for r in records]
+    return [_run_row(r, fields) for r in records]
+
+
+def _run_row(record: dict[str, Any], fields: list[str]) -> dict[str, Any]:
+    """A run as a row of ``depthlab runs``: what every run has, its ``cell`` (``depthlab.cells``) and its
+    ``settings``: the values of ``fields``, the config fields in which runs of one task, model and depth differ (a
+    learning rate, a width)."""
+    from ..cells import cell_id, field_values
+
+    config = record["config"] or {}
+    return {"id": record["id"], "task": record["task"], "model": record["model"], "status": record["status"],
+            "step": record["step"], "seed": config.get("seed"), "layers": (config.get("model") or {}).get("layers"),
+            "cell": cell_id(config), "settings": field_values(config, fields), "metrics": record["final"] or {}}
 
 
 MIN_ID = 8  # characters of a run id shown at least (every command takes a unique prefix)
@@ -192,7 +203,7 @@ def _common(a: str, b: str) -> int:
     return next((k for k, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
 
 
-def _show_runs(rows: list[dict[str, Any]], every: list[str]) -> None:
+def _show_runs(rows: list[dict[str, Any]], every: list[str], note: str = "") -> None:
     """The runs as a table that fits 80 columns: ids by a unique prefix, the settings that vary as columns, and
     each finished run's final accuracy, or its final loss where its task has no accuracy (a regression task's)."""
     from ..cells import short_names, value_text
@@ -205,7 +216,8 @@ def _show_runs(rows: list[dict[str, Any]], every: list[str]) -> None:
                    Column("layers", "right"),
                    *[Column(names[f], "right") for f in fields], Column("seed", "right"), Column("status"),
                    Column("step", "right"), *[Column(score, "right", no_wrap=True) for score in scores]],
-                  caption="ids: a unique prefix (every command takes one); --json gives them whole" if rows else None,
+                  caption=f"ids: a unique prefix (every command takes one); --json gives them whole{note}" if rows
+                  else None,
                   compact=True)
     for r in rows:
         layers = "—" if r["layers"] is None else str(r["layers"])  # an llm-bench run has none
@@ -236,17 +248,43 @@ FormatOpt = Annotated[str | None, typer.Option(
 OutOpt = Annotated[Path | None, typer.Option("--out", help="with --format: the file to write (default: stdout)")]
 
 
-def _write_table(frame: Any, fmt: str, out: Path | None) -> None:
-    """``frame`` in format ``fmt`` to ``out``, or to stdout."""
-    from ..api.tables import table_bytes
-    from ..store import atomic_write_bytes
+def _write_table(pages: Iterable[Any], fmt: str, out: Path | None) -> None:
+    """The table whose pages (DataFrames) are ``pages`` in format ``fmt`` to ``out``, or to stdout, a page at a
+    time."""
+    import io
 
-    data = table_bytes(frame, fmt)
-    if out is None:
-        sys.stdout.buffer.write(data)
-        sys.stdout.flush()
+    from ..api.tables import check_format, write_table
+    from ..store import atomic_writer
+
+    check_format(fmt)  # before a byte is written, or a file replaced
+    if out is not None:
+        with atomic_writer(out) as file:
+            write_table(pages, fmt, file)
+    elif fmt == "parquet":  # a Parquet file is written with its footer last: built whole, then sent
+        buffer = io.BytesIO()
+        write_table(pages, fmt, buffer)
+        sys.stdout.buffer.write(buffer.getvalue())
     else:
-        atomic_write_bytes(out, data)
+        write_table(pages, fmt, sys.stdout.buffer)
+    sys.stdout.flush()
+
+
+def _emit_list(key: str, items: Iterable[dict[str, Any]]) -> None:
+    """``{key: [items]}`` as the one line of JSON :func:`emit` prints, written an item at a time (the items are
+    never all in memory)."""
+    from ..store import to_jsonable
+
+    separator = ""
+    sys.stdout.write(f'{{"{key}": [')
+    for item in items:
+        try:  # what the store gives is JSON already; only a NaN (a metric's) needs to_jsonable's walk
+            text = json.dumps(item, allow_nan=False, default=str)
+        except ValueError:
+            text = json.dumps(to_jsonable(item), allow_nan=False, default=str)
+        sys.stdout.write(separator + text)
+        separator = ", "
+    sys.stdout.write("]}\n")
+    sys.stdout.flush()
 
 
 def _check_filters(db, status: str | None, task: str | None) -> None:
@@ -257,31 +295,68 @@ def _check_filters(db, status: str | None, task: str | None) -> None:
     if status is not None and status not in STATUSES:
         raise UserError(f"--status: unknown status {status!r}; allowed: {', '.join(STATUSES)}")
     if task is not None and task not in TASKS:
-        stored = {r["task"] for r in db.find_runs()}
+        stored = db.task_names()
         if task not in stored:
             raise UserError(f"--task: unknown task {task!r}; allowed: {', '.join(sorted(set(TASKS) | stored))}")
+
+
+TABLE_ROWS = 500  # runs the table shows at most unless --limit says otherwise: --json and --format give every run
+PAGE = 5000  # rows turned into a DataFrame at a time when a table is written
+
+
+def _pages(items: Iterable[Any], make: Callable[[list[Any]], Any]) -> Iterator[Any]:
+    """``make(chunk)`` for each chunk of :data:`PAGE` items (one for no items: a table has its header)."""
+    chunk: list[Any] = []
+    made = False
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == PAGE:
+            yield make(chunk)
+            chunk, made = [], True
+    if chunk or not made:
+        yield make(chunk)
+
+
+LimitOpt = Annotated[int | None, typer.Option(
+    "--limit", min=0, help=f"at most this many runs (default: {TABLE_ROWS} in the table, every run with --json or "
+                           "--format; 0: every run)")]
+OffsetOpt = Annotated[int, typer.Option("--offset", min=0, help="leave out the first N runs (oldest first)")]
 
 
 @app.command()
 def runs(store: StoreOpt = None, status: Annotated[str | None, typer.Option(help="only runs with this status")] = None,
          task: Annotated[str | None, typer.Option(help="only runs of this task")] = None,
-         fmt: FormatOpt = None, out: OutOpt = None, json_out: JsonOpt = False) -> None:
-    """List the runs in a store; with --format, write every run's config fields and final metrics as a table."""
+         fmt: FormatOpt = None, out: OutOpt = None, limit: LimitOpt = None, offset: OffsetOpt = 0,
+         json_out: JsonOpt = False) -> None:
+    """List the runs in a store (the table a page at a time: --limit, --offset); with --format, write every run's
+    config fields and final metrics as a table."""
+    from ..cells import list_fields
+
     check_output(out, "--out")
     db = open_store(store, readonly=True)
     _check_filters(db, status, task)
     if fmt is not None:
         from ..api.tables import runs_frame
 
-        _write_table(runs_frame(db.find_runs(status=status, task=task)), fmt, out)
+        _write_table([runs_frame(list(db.iter_runs(status, task, limit=limit or None, offset=offset)))], fmt, out)
         return
     if out is not None:
         raise UserError("--out: only with --format csv, parquet or json")
-    rows = _rows_from_store(db, status=status, task=task)
     if json_out:
-        emit({"runs": rows})
+        fields = list_fields(db.cell_configs(status, task))
+        _emit_list("runs", (_run_row(r, fields) for r in db.iter_runs(status, task, limit=limit or None,
+                                                                       offset=offset)))
         return
-    _show_runs(rows, [r["id"] for r in db.find_runs()])
+    shown = TABLE_ROWS if limit is None else limit or None
+    records = list(db.iter_runs(status, task, limit=shown, offset=offset))
+    fields = list_fields([r["config"] for r in records])
+    total = db.count_runs(status, task)
+    note = ""
+    if records and len(records) < total:
+        last = offset + len(records)
+        note = (f"\nruns {offset + 1:,} to {last:,} of {total:,} (oldest first): --offset {last} for the next, "
+                "--limit 0 for all, --json or --format csv for every run")
+    _show_runs([_run_row(r, fields) for r in records], db.run_ids(), note)
 
 
 @app.command()
@@ -290,12 +365,12 @@ def metrics(run: Annotated[list[str] | None, typer.Argument(help="run ids or uni
             fmt: Annotated[str, typer.Option("--format", help="csv, parquet (needs pyarrow) or json")] = "csv",
             out: OutOpt = None, json_out: JsonOpt = False) -> None:
     """Every metrics row of the runs (run_id, step, split, metric, value): the table depthlab.Store.metrics gives."""
-    from ..api.tables import metrics_frame
+    from ..api.tables import METRIC_COLUMNS, metrics_frame
 
     check_output(out, "--out")
     db = open_store(store, readonly=True)
-    frame = metrics_frame(db.metric_rows([db.resolve(r) for r in run] if run else None))
+    rows = db.iter_metric_rows([db.resolve(r) for r in run] if run else None)
     if json_out:
-        emit({"metrics": frame.to_dict(orient="records")})
+        _emit_list("metrics", (dict(zip(METRIC_COLUMNS, row, strict=True)) for row in rows))
         return
-    _write_table(frame, fmt, out)
+    _write_table(_pages(rows, metrics_frame), fmt, out)

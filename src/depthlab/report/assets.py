@@ -300,6 +300,8 @@ JS = r"""
       el('h3', {}, cell.title),
       el('p', { class: 'muted' }, cell.summary),
       runsTable(cell.runs),
+      ...(cell.more ? [el('p', { class: 'muted' }, `${cell.more} more runs of this cell count in its numbers; ` +
+        'this report details the first runs of each cell (depthlab runs --json lists every run)')] : []),
       el('div', { class: 'cell-curves' }, cloneTpl('tpl-cell-' + key)),
       ...cell.runs.map(runDetail));
     panel.setAttribute('data-cell', key);

@@ -44,6 +44,8 @@ from ..store import Store, atomic_write_bytes, reproductions, to_json
 from .assets import CSS, JS
 
 Progress = Callable[[str, int, int], None]  # (what is being done, units done, units in all)
+DETAILED_RUNS = 200  # runs given a row, curves and attention maps of their own; the others count in their cell
+CURVE_RUNS = 10  # runs of a cell whose curves a cell's figures draw
 
 CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data: blob:; "
        "base-uri 'none'; form-action 'none'")
@@ -113,7 +115,28 @@ class ReportContext:
         return [r["id"] for r in self.runs]
 
     def run(self, run_id: str) -> dict[str, Any] | None:
-        return next((r for r in self.runs if r["id"] == run_id), None)
+        by_id = self.cached("runs-by-id", lambda: {r["id"]: r for r in self.runs})
+        return by_id.get(run_id)
+
+    @property
+    def detailed(self) -> list[dict[str, Any]]:
+        """The runs given a row, curves and attention maps of their own: every run, or where there are more than
+        :data:`DETAILED_RUNS`, that many in their order: each cell's first run, then each cell's second, and so on
+        (``cells``, set by the sections that group runs into cells: lists of run ids)."""
+        return self.cached("detailed", lambda: self._detailed())
+
+    def _detailed(self) -> list[dict[str, Any]]:
+        if len(self.runs) <= DETAILED_RUNS:
+            return self.runs
+        rank = {run_id: i for cell in self._cache.get("cells", []) for i, run_id in enumerate(cell)}
+        chosen = {r["id"] for r in sorted(self.runs, key=lambda r: rank.get(r["id"], 0))[:DETAILED_RUNS]}
+        return [r for r in self.runs if r["id"] in chosen]
+
+    @property
+    def left_out(self) -> int:
+        """How many selected runs have no detail of their own (a store of 100,000 runs: all but
+        :data:`DETAILED_RUNS`); they still count in their cell's numbers."""
+        return len(self.runs) - len(self.detailed)
 
     def metrics(self, run_id: str) -> dict[str, dict[str, list]]:
         """``store.metric_columns(run_id)``, read once per report."""
@@ -206,7 +229,7 @@ def build_report(store: Store, out: str | Path, runs: str | None = None, example
                             "`depthlab reproduce` first")
     sections = load_sections()
     ctx = ReportContext(store, selected, examples=examples, filter=runs)
-    total = len(selected) + len(sections)  # the attention section works through every run once
+    total = min(len(selected), DETAILED_RUNS) + len(sections)  # the attention section works through each detailed run
     done = 0
 
     def tick(what: str) -> None:

@@ -10,8 +10,9 @@ import contextlib
 import errno
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from depthlab.bounded import kind_of
 from depthlab.store.jsonable import to_json
@@ -63,6 +64,14 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     file is removed and the old file is left as it was, and the OSError names ``path`` (a full disk says which
     file it could not write). A ``path`` that is not a regular file (a device, a FIFO) is refused, not replaced.
     """
+    with atomic_writer(path) as f:
+        f.write(data)
+
+
+@contextlib.contextmanager
+def atomic_writer(path: str | Path) -> Iterator[BinaryIO]:
+    """A binary file to write ``path`` by parts (a table a page at a time), replacing ``path`` atomically when the
+    block ends without an error, as :func:`atomic_write_bytes` does; an error leaves ``path`` as it was."""
     path = Path(path)
     folder = path.parent
     ensure_folder(folder)
@@ -76,7 +85,7 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            yield f
             f.flush()
             os.fsync(f.fileno())
         with contextlib.suppress(OSError):

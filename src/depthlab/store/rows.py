@@ -46,28 +46,72 @@ def _number(value: Any, column: str, kinds: tuple[type, ...] = (int, float)) -> 
     return value
 
 
+FINAL_NUMBERS = ("accuracy", "loss", "chance")  # final metrics every table, heat map and summary computes with
+FINAL_COUNTS = ("steps", "eval_examples")
+
+
+def _text(value: Any, column: str, empty: bool = False) -> Any:
+    if value is None and empty:
+        return None
+    if not isinstance(value, str) or not value:
+        raise DamagedRow(column, f"is {str(value)[:40]!r}, not text")
+    return value
+
+
+def config_value(text: Any) -> dict[str, Any]:
+    """A run's config: a JSON object whose ``task`` and ``model`` (where it has them: an ``llm-bench`` run has
+    neither) are objects, their names text, ``model.layers`` a whole number of layers, ``seed`` a whole number."""
+    config = _json(text, "config", (dict,))
+    if config is None:
+        raise DamagedRow("config", "is empty")
+    for part in ("task", "model"):
+        if part in config:
+            if not isinstance(config[part], dict):
+                raise DamagedRow("config", f"{part} is {str(config[part])[:40]!r}, not an object")
+            if "name" in config[part]:
+                _text(config[part]["name"], f"config {part}.name")
+    layers = (config.get("model") or {}).get("layers")
+    if layers is not None and (_number(layers, "config model.layers", (int,)) < 0):
+        raise DamagedRow("config model.layers", f"is {layers}, below 0")
+    _number(config.get("seed"), "config seed", (int,))
+    return config
+
+
+def final_value(text: Any) -> dict[str, Any] | None:
+    """A run's final metrics: a JSON object whose accuracy, loss and chance are numbers (or null) and whose step
+    and example counts are whole numbers."""
+    final = _json(text, "final", (dict,))
+    for name in (*FINAL_NUMBERS, *FINAL_COUNTS) if final else ():
+        _number(final.get(name), f"final {name}", (int, float) if name in FINAL_NUMBERS else (int,))
+    return final
+
+
 def run_row(row: tuple) -> dict[str, Any]:
-    """A ``runs`` row as the store returns it (config, final and tags parsed)."""
+    """A ``runs`` row as the store returns it (config, final and tags parsed), every column checked."""
     rid, task, model, config, status, step, created, updated, final, error, group_id, tags = row
+    _text(rid, "id")
     if status not in STATUSES:
         raise DamagedRow("status", f"is {str(status)[:40]!r}, not one of {', '.join(STATUSES)}")
-    parsed_config = _json(config, "config", (dict,))
-    if parsed_config is None:
-        raise DamagedRow("config", "is empty")
     return {
         "id": rid,
-        "task": task,
-        "model": model,
-        "config": parsed_config,
+        "task": _text(task, "task"),
+        "model": _text(model, "model"),
+        "config": config_value(config),
         "status": status,
         "step": _number(step, "step", (int,)),
         "created": _number(created, "created") or 0.0,
         "updated": _number(updated, "updated"),
-        "final": _json(final, "final", (dict,)),
-        "error": error,
-        "group_id": group_id,
-        "tags": _json(tags, "tags", (list,)) or [],
+        "final": final_value(final),
+        "error": _text(error, "error", empty=True) if error != "" else error,
+        "group_id": _text(group_id, "group_id", empty=True),
+        "tags": _tags(_json(tags, "tags", (list,)) or []),
     }
+
+
+def _tags(tags: list[Any]) -> list[str]:
+    if not all(isinstance(tag, str) for tag in tags):
+        raise DamagedRow("tags", "hold something that is not text")
+    return tags
 
 
 def metric_value(value: Any) -> float:

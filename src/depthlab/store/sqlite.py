@@ -19,14 +19,12 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import itertools
-import math
 import os
 import shutil
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,10 +33,12 @@ from depthlab.store.errors import StoreError, database_failure
 from depthlab.store.files import ensure_folder
 from depthlab.store.jsonable import to_json
 from depthlab.store.layout import artifacts_folder, check_run_id, check_store_path, database_path, is_valid_run_id
-from depthlab.store.rows import STATUSES, DamagedRow, artifact_path, json_value, metric_value, run_row
+from depthlab.store.metrics import IN_CHUNK, StoreMetrics
+from depthlab.store.rows import STATUSES, DamagedRow, artifact_path, config_value, json_value, run_row
 
 _RUN_COLUMNS = "id, task, model, config, status, step, created, updated, final, error, group_id, tags"
-_IN_CHUNK = 500  # ids per IN (...) clause, well below SQLite's variable limit
+
+_PAGE = 2000  # rows fetched at a time by the streaming reads
 
 
 def _check_status(status: str) -> None:
@@ -46,14 +46,15 @@ def _check_status(status: str) -> None:
         raise ValueError(f"unknown run status {status!r}; expected one of {', '.join(STATUSES)}")
 
 
-def _value(v: Any) -> float | None:
-    if v is None:
-        return None
-    x = float(v)
-    return None if math.isnan(x) else x
+def _row_name(row: tuple) -> str:
+    """How a message names a ``runs`` row: by its id, or where that is not an id, by its task and creation time."""
+    rid = row[0]
+    if isinstance(rid, str) and rid:
+        return f"run {rid[:40]}"
+    return f"a run whose id is {str(rid)[:20]!r} (task {str(row[1])[:40]!r}, created {str(row[6])[:20]})"
 
 
-class Store:
+class Store(StoreMetrics):
     """An experiment store rooted at ``root``: runs, metrics and artifacts.
 
     ``create``: make the store when ``root`` holds none, and add tables added since (what training does); with
@@ -194,7 +195,8 @@ class Store:
         group_id: str | None = None,
         tags: list[str] | None = None,
     ) -> str:
-        """Insert the run as "pending" unless it exists (an existing run is never reset); return its id."""
+        """Insert the run as "pending" unless it exists (an existing run is never reset); return its id. A run that is
+        not there once written (a trigger that deletes it) is a StoreError naming the store and the run."""
         rid = self.run_id(config)
         now = time.time()
         with self._write() as conn:
@@ -215,6 +217,9 @@ class Store:
                     to_json(list(tags or [])),
                 ),
             )
+            if conn.execute("SELECT 1 FROM runs WHERE id = ?", (rid,)).fetchone() is None:
+                raise StoreError(f"store {self.root}: run {rid} is not in table runs after it was written (a "
+                                 "trigger or another program deletes runs); nothing was trained; use another --store")
         return rid
 
     def _run_dict(self, row: tuple) -> dict[str, Any] | None:
@@ -222,7 +227,7 @@ class Store:
         try:
             return run_row(row)
         except DamagedRow as e:
-            self._damaged(f"run {str(row[0])[:40]}", e.column, f"{e}")
+            self._damaged(_row_name(row), e.column, f"{e}")
             return None
 
     def get_run(self, run_id: str) -> dict[str, Any] | None:
@@ -233,7 +238,7 @@ class Store:
             return None
         run = self._run_dict(rows[0])
         if run is None:  # said once, as the error (not also as a warning about what a list left out)
-            problem = self.damage.pop(next(k for k in reversed(self.damage) if k[0] == f"run {str(rows[0][0])[:40]}"))
+            problem = self.damage.pop(next(k for k in reversed(self.damage) if k[0] == _row_name(rows[0])))
             raise StoreError(problem.replace("; left out (", " ("))
         return run
 
@@ -243,11 +248,27 @@ class Store:
             raise StoreError("run: give a run id or a unique prefix of one (see `depthlab runs`)")
         if self.get_run(run) is not None:
             return run
-        matches = [r["id"] for r in self.find_runs() if r["id"].startswith(run)]
+        matches = [row[0] for row in self._read("SELECT id FROM runs WHERE typeof(id) = 'text' AND substr(id, 1, ?) = ?"
+                                                " LIMIT 2", (len(run), run))]
         if len(matches) != 1:
-            found = "no such run" if not matches else f"{len(matches)} runs match"
+            found = "no such run" if not matches else "several runs match (give more of the id)"
             raise StoreError(f"run {run!r}: {found} in store {self.root} (see `depthlab runs`)")
         return matches[0]
+
+    def _run_filters(self, status: str | list[str] | None, task: str | None) -> tuple[list[str], list[Any]] | None:
+        """The WHERE clauses and parameters of a status / task filter (None when no run can match)."""
+        where: list[str] = []
+        params: list[Any] = []
+        if status is not None:
+            statuses = [status] if isinstance(status, str) else list(status)
+            if not statuses:
+                return None
+            where.append(f"status IN ({', '.join('?' * len(statuses))})")
+            params.extend(statuses)
+        if task is not None:
+            where.append("task = ?")
+            params.append(task)
+        return where, params
 
     def find_runs(
         self,
@@ -257,38 +278,95 @@ class Store:
         tag: str | None = None,
     ) -> list[dict[str, Any]]:
         """Runs matching every given filter, ordered by creation time then id."""
-        where: list[str] = []
-        params: list[Any] = []
-        if status is not None:
-            statuses = [status] if isinstance(status, str) else list(status)
-            if not statuses:
-                return []
-            where.append(f"status IN ({', '.join('?' * len(statuses))})")
-            params.extend(statuses)
-        if task is not None:
-            where.append("task = ?")
-            params.append(task)
-        chunks: Iterable[list[str] | None] = [None]
-        if ids is not None:
-            unique = list(dict.fromkeys(ids))
-            if not unique:
-                return []
-            chunks = [unique[i : i + _IN_CHUNK] for i in range(0, len(unique), _IN_CHUNK)]
+        if ids is None:
+            return list(self.iter_runs(status, task, tag))
+        filters = self._run_filters(status, task)
+        unique = list(dict.fromkeys(ids))
+        if filters is None or not unique:
+            return []
         rows: list[tuple] = []
-        for chunk in chunks:
-            clauses, args = list(where), list(params)
-            if chunk is not None:
-                clauses.append(f"id IN ({', '.join('?' * len(chunk))})")
-                args.extend(chunk)
-            sql = f"SELECT {_RUN_COLUMNS} FROM runs"
-            if clauses:
-                sql += " WHERE " + " AND ".join(clauses)
-            rows.extend(self._read(sql, args))
+        for i in range(0, len(unique), IN_CHUNK):
+            chunk = unique[i : i + IN_CHUNK]
+            clauses = [*filters[0], f"id IN ({', '.join('?' * len(chunk))})"]
+            rows.extend(self._read(f"SELECT {_RUN_COLUMNS} FROM runs WHERE {' AND '.join(clauses)}",
+                                   [*filters[1], *chunk]))
         runs = [run for run in map(self._run_dict, rows) if run is not None]
         if tag is not None:
             runs = [r for r in runs if tag in r["tags"]]
         runs.sort(key=lambda r: (r["created"], r["id"]))
         return runs
+
+    def iter_runs(self, status: str | list[str] | None = None, task: str | None = None, tag: str | None = None,
+                  limit: int | None = None, offset: int = 0) -> Iterator[dict[str, Any]]:
+        """The runs :meth:`find_runs` gives, read a page at a time (memory stays flat in the store's size):
+        ordered by creation time then id, from the ``offset``-th (0: the first) for at most ``limit`` runs."""
+        filters = self._run_filters(status, task)
+        if filters is None or limit == 0:
+            return
+        where = f" WHERE {' AND '.join(filters[0])}" if filters[0] else ""
+        sql = f"SELECT {_RUN_COLUMNS} FROM runs{where} ORDER BY coalesce(created, 0), id"
+        skip, left = offset, limit
+        for row in self._stream(sql, filters[1]):
+            run = self._run_dict(row)
+            if run is None or (tag is not None and tag not in run["tags"]):
+                continue
+            if skip:
+                skip -= 1
+                continue
+            yield run
+            if left is not None:
+                left -= 1
+                if not left:
+                    return
+
+    def count_runs(self, status: str | None = None, task: str | None = None) -> int:
+        """How many runs match (damaged rows included: what a listing reads through)."""
+        filters = self._run_filters(status, task)
+        if filters is None:
+            return 0
+        where = f" WHERE {' AND '.join(filters[0])}" if filters[0] else ""
+        rows = self._read(f"SELECT count(*) FROM runs{where}", filters[1])
+        return int(rows[0][0]) if rows else 0
+
+    def run_ids(self) -> list[str]:
+        """Every run's id, sorted (rows whose id is not text left out)."""
+        return [row[0] for row in self._read("SELECT id FROM runs WHERE typeof(id) = 'text' ORDER BY id")]
+
+    def task_names(self) -> set[str]:
+        """The task names the store's runs have."""
+        return {row[0] for row in self._read("SELECT DISTINCT task FROM runs WHERE typeof(task) = 'text'")}
+
+    def cell_configs(self, status: str | None = None, task: str | None = None) -> list[dict[str, Any]]:
+        """One config (its seed left out) per cell of the matching runs: SQLite's JSON functions drop the seeds and
+        the duplicates, so a store of 100,000 runs gives its few hundred cells without parsing every config."""
+        filters = self._run_filters(status, task)
+        if filters is None:
+            return []
+        where = " AND ".join(["json_valid(config)", *filters[0]])
+        out = []
+        for (text,) in self._read(f"SELECT DISTINCT json_remove(config, '$.seed') FROM runs WHERE {where}",
+                                  filters[1]):
+            with contextlib.suppress(DamagedRow):  # the run itself is named where it is read
+                out.append(config_value(text))
+        return out
+
+    def _stream(self, sql: str, params: Sequence[Any] = (), page: int = _PAGE) -> Iterator[tuple]:
+        """The rows of ``sql``, fetched ``page`` at a time (the same failures as :meth:`_read`)."""
+        with self._lock:
+            try:
+                cursor = self._conn().execute(sql, params)
+            except sqlite3.DatabaseError:
+                yield from self._read(sql, params)  # names the failure (or reads a dropped table as empty)
+                return
+        while True:
+            with self._lock:
+                try:
+                    rows = cursor.fetchmany(page)
+                except sqlite3.DatabaseError as e:
+                    raise database_failure(self.db_path, e) from None
+            if not rows:
+                return
+            yield from rows
 
     def _update_run(self, conn: sqlite3.Connection, run_id: str, sets: dict[str, Any]) -> None:
         sets = {**sets, "updated": time.time()}
@@ -331,81 +409,6 @@ class Store:
             conn.execute("DELETE FROM runs WHERE id = ?", (run_id,))
         if is_valid_run_id(run_id):
             shutil.rmtree(self.run_folder(run_id), ignore_errors=True)
-
-    # --------------------------------------------------------------------------- metrics
-
-    def log_metrics(self, run_id: str, step: int, split: str, values: dict[str, float]) -> None:
-        """Record ``values`` of one run at ``step``; re-logging a step replaces its rows."""
-        self.log_metrics_many([(run_id, step, split, values)])
-
-    def log_metrics_many(self, rows: Sequence[tuple[str, int, str, dict[str, float]]]) -> None:
-        """Record metrics of many runs (``(run_id, step, split, values)`` each) in one transaction."""
-        flat = [
-            (run_id, int(step), split, str(name), _value(v))
-            for run_id, step, split, values in rows
-            for name, v in values.items()
-        ]
-        if not flat:
-            return
-        with self._write() as conn:
-            conn.executemany(
-                "INSERT OR REPLACE INTO metrics (run_id, step, split, name, value) VALUES (?, ?, ?, ?, ?)",
-                flat,
-            )
-
-    def metric_columns(self, run_id: str, split: str | None = None) -> dict[str, dict[str, list]]:
-        """One run's metrics as ``{split: {"step": [...], name: [...]}}`` ordered by step; a name missing at a step
-        is NaN. (``depthlab.Store.metrics`` gives every run's as one long pandas table.)"""
-        sql = "SELECT step, split, name, value FROM metrics WHERE run_id = ?"
-        params: list[Any] = [run_id]
-        if split is not None:
-            sql += " AND split = ?"
-            params.append(split)
-        table: dict[str, dict[int, dict[str, float]]] = {}
-        for step, sp, name, value in self._metric_rows(self._read(sql + " ORDER BY split, step, name", params),
-                                                       run_id):
-            table.setdefault(sp, {}).setdefault(step, {})[name] = value
-        out: dict[str, dict[str, list]] = {}
-        for sp, by_step in table.items():
-            steps = sorted(by_step)
-            names = sorted({n for vals in by_step.values() for n in vals})
-            columns: dict[str, list] = {"step": steps}
-            for name in names:
-                columns[name] = [by_step[s].get(name, math.nan) for s in steps]
-            out[sp] = columns
-        return out
-
-    def metric_rows(self, run_ids: Sequence[str] | None = None) -> list[tuple[str, int, str, str, float]]:
-        """Every metrics row ``(run_id, step, split, name, value)`` of ``run_ids`` (default: every run), runs in
-        creation order, then by split, step and name; a NaN value reads back as NaN."""
-        sql = ("SELECT m.run_id, m.step, m.split, m.name, m.value FROM metrics m LEFT JOIN runs r ON r.id = m.run_id"
-               " {where} ORDER BY r.created, m.run_id, m.split, m.step, m.name")
-        if run_ids is None:
-            rows = self._read(sql.format(where=""))
-        else:
-            unique = list(dict.fromkeys(run_ids))
-            rows = []
-            for i in range(0, len(unique), _IN_CHUNK):
-                chunk = unique[i : i + _IN_CHUNK]
-                rows.extend(self._read(sql.format(where=f"WHERE m.run_id IN ({', '.join('?' * len(chunk))})"), chunk))
-            order = {run_id: i for i, run_id in enumerate(unique)}
-            rows.sort(key=lambda row: order[row[0]])  # stable: keeps split, step, name order within a run
-        return [(run_id, *row) for run_id, rows_of_run in itertools.groupby(rows, key=lambda row: row[0])
-                for row in self._metric_rows([r[1:] for r in rows_of_run], run_id)]
-
-    def _metric_rows(self, rows: list[tuple], run_id: str) -> list[tuple[int, str, str, float]]:
-        """``(step, split, name, value)`` rows of one run with their values read (NULL and NaN as NaN); a row whose
-        step is not an integer or whose value is not a number is left out and noted in :attr:`damage`."""
-        out = []
-        for step, split, name, value in rows:
-            try:
-                if isinstance(step, bool) or not isinstance(step, int):
-                    raise DamagedRow("step", f"is {str(step)[:40]!r}, not an integer")
-                out.append((step, split, name, metric_value(value)))
-            except DamagedRow as e:
-                self._damaged(f"run {run_id}", f"metrics {step} {split} {name}",
-                              f"metrics row (step {str(step)[:20]}, {split}, {name}): {e}")
-        return out
 
     # ------------------------------------------------------------------------- artifacts
 

@@ -10,7 +10,7 @@ from ...cells import field_values, list_fields
 from ...draw.curves import cell_curves_svg, run_curves_svg
 from ...draw.depth import depth_curves_svg
 from ...draw.svg import fmt
-from ..html import ReportContext
+from ..html import CURVE_RUNS, ReportContext
 
 
 def cell_key(grid: int, task: int, depth: Any) -> str:
@@ -21,11 +21,12 @@ def grids(ctx: ReportContext) -> list[dict[str, Any]]:
     """The capability grids of the selected runs, each cell with its ``key``; runs know their cell."""
 
     def compute() -> list[dict[str, Any]]:
-        out = capability_grids(ctx.store, ctx.run_ids)
+        out = capability_grids(ctx.store, ctx.run_ids, ctx.runs)
         for g, grid in enumerate(out):
             for cell in grid["cells"]:
                 cell["key"] = cell_key(g, cell["task_index"], cell["depth"])
                 cell["task_label"] = grid["tasks"][cell["task_index"]]["label"]
+        ctx.cached("cells", lambda: [cell["runs"] for grid in out for cell in grid["cells"]])
         return out
 
     return ctx.cached("grids", compute)
@@ -38,16 +39,17 @@ def model_summary(model: dict[str, Any]) -> str:
 
 
 def _ensure_runs(ctx: ReportContext) -> dict[str, dict[str, Any]]:
-    """Fill ``ctx.data["runs"]`` (what the page's script shows of each run) and each run's curve template."""
+    """Fill ``ctx.data["runs"]`` (what the page's script shows of each detailed run) and each one's curve
+    template."""
     runs: dict[str, dict[str, Any]] = ctx.data.setdefault("runs", {})
     all_grids = grids(ctx)
-    fields = list_fields([record["config"] or {} for record in ctx.runs])
+    fields = report_fields(ctx)
     cell_of: dict[str, tuple[dict, dict]] = {}
     for grid in all_grids:
         for cell in grid["cells"]:
             for run_id in cell["runs"]:
                 cell_of[run_id] = (grid, cell)
-    for record in ctx.runs:
+    for record in ctx.detailed:
         run_id, config, final = record["id"], record["config"] or {}, record["final"] or {}
         grid, cell = cell_of.get(run_id, (None, None))
         model = config.get("model") or {}
@@ -69,6 +71,11 @@ def _ensure_runs(ctx: ReportContext) -> dict[str, dict[str, Any]]:
     return runs
 
 
+def report_fields(ctx: ReportContext) -> list[str]:
+    """The config fields the runs table shows (``depthlab.cells.list_fields`` of every selected run), once."""
+    return ctx.cached("fields", lambda: list_fields([record["config"] or {} for record in ctx.runs]))
+
+
 def ensure_runs(ctx: ReportContext) -> dict[str, dict[str, Any]]:
     return ctx.cached("runs-data", lambda: _ensure_runs(ctx))
 
@@ -84,20 +91,31 @@ def run_curves_figure(ctx: ReportContext, run_id: str, label: str, chance: float
 
 def cell_curves_figure(ctx: ReportContext, cell: dict[str, Any], title: str) -> str | None:
     """A cell's runs: every seed thin, their mean thick, the band from the lowest to the highest seed."""
-    curves = {run_id: ctx.metrics(run_id).get("eval") for run_id in cell["runs"]}
+    curves = {run_id: ctx.metrics(run_id).get("eval") for run_id in curve_runs(cell)}
     curves = {k: v for k, v in curves.items() if v}
     if not curves:
         return None
-    seeds = {run_id: ctx.data["runs"][run_id]["seed"] for run_id in curves}
+    seeds = {run_id: (ctx.run(run_id) or {}).get("config", {}).get("seed") for run_id in curves}
     return ctx.figure(cell_curves_svg(curves, seeds, cell.get("chance"), title), f"curves-{title}",
                       f"{title}: eval accuracy and loss of each seed (thin), their mean (thick) and the band from the "
-                      "lowest to the highest seed")
+                      f"lowest to the highest seed{curves_note(cell)}")
+
+
+def curve_runs(cell: dict[str, Any]) -> list[str]:
+    """The runs of a cell whose curves are drawn: the first :data:`CURVE_RUNS` (reading every run's metrics of a
+    store of 100,000 runs would not end)."""
+    return cell["runs"][:CURVE_RUNS]
+
+
+def curves_note(cell: dict[str, Any]) -> str:
+    left = len(cell["runs"]) - CURVE_RUNS
+    return f" (the first {CURVE_RUNS} of its {len(cell['runs']):,} runs; {left:,} not drawn)" if left > 0 else ""
 
 
 def depth_curves_figure(ctx: ReportContext, grid: dict[str, Any], title: str) -> str:
     """Seed 001 Figure 2 as SVG: a column per task, accuracy above and loss below, a line per depth with the
     band over seeds."""
-    curves = {r: ctx.metrics(r).get("eval") for c in grid["cells"] for r in c["runs"]}
+    curves = {r: ctx.metrics(r).get("eval") for c in grid["cells"] for r in curve_runs(c)}
     return ctx.figure(depth_curves_svg(grid, curves, title), f"training-curves-{title}",
                       f"{title}: eval accuracy (top) and loss (bottom) against steps, mean over seeds with the band "
                       "from the lowest to the highest seed; chance dashed")

@@ -25,10 +25,10 @@ def _round(a: np.ndarray) -> list:
 
 
 def compute_attention(ctx: ReportContext) -> None:
-    """``ctx.data["runs"][id]["attention"]`` for every selected run: examples with patterns, or a note why not."""
+    """``ctx.data["runs"][id]["attention"]`` for every detailed run: examples with patterns, or a note why not."""
     runs = ensure_runs(ctx)
     batches: dict[str, Any] = {}
-    for record in ctx.runs:
+    for record in ctx.detailed:
         run_id = record["id"]
         ctx.tick(f"attention {run_id}")
         if ctx.examples <= 0:
@@ -66,7 +66,8 @@ def unloaded_note(task: str | None) -> str:
 def render(ctx: ReportContext) -> str | None:
     compute_attention(ctx)
     runs = ctx.data["runs"]
-    unloaded = sorted({record["task"] for record in ctx.runs if runs[record["id"]]["attention"].get("unloaded")})
+    unloaded = sorted({record["task"] for record in ctx.runs  # detailed runs only: a large store details some
+                       if runs.get(record["id"], {}).get("attention", {}).get("unloaded")})
     notes = [f'<p class="muted attention-note">{esc(unloaded_note(task))}</p>' for task in unloaded]
     if not any(r.get("attention", {}).get("examples") for r in runs.values()):
         return "".join(notes) or None
@@ -83,7 +84,7 @@ def render(ctx: ReportContext) -> str | None:
             slots = []
             for cell in sorted((c for c in grid["cells"] if c["task_index"] == t),
                                key=lambda c: grid["depths"].index(c["depth"])):
-                shown = [r for r in cell["runs"] if runs[r].get("attention", {}).get("examples")]
+                shown = [r for r in cell["runs"] if runs.get(r, {}).get("attention", {}).get("examples")]
                 shown.sort(key=lambda r: (runs[r]["status"] != "done", runs[r]["seed"] or 0))
                 if shown:
                     slots.append(f'<div class="attn-slot" data-run="{esc(shown[0])}" data-example="0" '

@@ -8,11 +8,16 @@ from ...draw.svg import NEAR_CHANCE, Cell, esc, fmt, heatmap_svg
 from ..html import ReportContext, section
 from ._common import accuracy_text, cell_curves_figure, ensure_runs, grids, model_summary
 
+TIP_RUNS = 12  # run ids (and accuracies) a cell's tooltip names; the rest are counted
 
-def _tip(cell: dict, runs: dict) -> str:
+
+def _tip(cell: dict, ctx: ReportContext) -> str:
     lines = [f"{cell['task_label']} × {depth_label(cell['depth'])}"]
+    records = [ctx.run(r) or {} for r in cell["runs"]]
+    more = f", … {len(records) - TIP_RUNS:,} more" if len(records) > TIP_RUNS else ""
     if cell["accuracy"] is not None:
-        each = ", ".join(fmt(runs[r]["accuracy"]) for r in cell["runs"] if runs[r]["accuracy"] is not None)
+        accuracies = [(r.get("final") or {}).get("accuracy") for r in records[:TIP_RUNS]]
+        each = ", ".join(fmt(a) for a in accuracies if a is not None) + more
         sd = f" ± {fmt(cell['accuracy_sd'])}" if cell["seeds"] > 1 else ""
         lines.append(f"accuracy {fmt(cell['accuracy'])}{sd} over {cell['seeds']} seed"
                      f"{'s' if cell['seeds'] != 1 else ''} ({each})")
@@ -20,12 +25,12 @@ def _tip(cell: dict, runs: dict) -> str:
         lines.append("no finished run")
     if cell["chance"] is not None:
         lines.append(f"chance {fmt(cell['chance'])}")
-    statuses = {}
-    for r in cell["runs"]:
-        statuses[runs[r]["status"]] = statuses.get(runs[r]["status"], 0) + 1
+    statuses: dict[str, int] = {}
+    for r in records:
+        statuses[r.get("status")] = statuses.get(r.get("status"), 0) + 1
     if set(statuses) != {"done"}:
         lines.append("status: " + ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())))
-    lines.append("runs: " + " ".join(cell["runs"]))
+    lines.append("runs: " + " ".join(cell["runs"][:TIP_RUNS]) + more)
     lines.append("click for curves and attention maps")
     return "\n".join(lines)
 
@@ -46,7 +51,7 @@ def render(ctx: ReportContext) -> str | None:
         cols = [depth_label(d) for d in grid["depths"]]
         cells = []
         for cell in grid["cells"]:
-            tip = _tip(cell, runs)
+            tip = _tip(cell, ctx)
             text = accuracy_text(cell)
             if cell["accuracy"] is None:
                 text = "failed" if cell["failed"] and len(cell["failed"]) == len(cell["runs"]) else "no result"
@@ -55,7 +60,7 @@ def render(ctx: ReportContext) -> str | None:
                 text=text, tip=tip, href=f"#cell={cell['key']}", key=cell["key"], chance=cell["chance"],
                 attrs={"data-task": grid["tasks"][cell["task_index"]]["name"], "data-layers": str(cell["depth"]),
                        "data-accuracy": "" if cell["accuracy"] is None else repr(cell["accuracy"]),
-                       "data-runs": " ".join(cell["runs"])}))
+                       "data-runs": " ".join(cell["runs"][:TIP_RUNS])}))
             title = f"{cell['task_label']} × {depth_label(cell['depth'])}"
             task = grid["tasks"][cell["task_index"]]
             summary = (f"Accuracy {accuracy_text(cell, seeds=False)} over {cell['seeds']} finished of "
@@ -63,8 +68,10 @@ def render(ctx: ReportContext) -> str | None:
                        f"(chance {fmt(cell['chance'])}); evaluated on {task['eval_protocol'] or '?'} "
                        f"({task['eval_examples'] or '?'} examples); model {model_summary(grid['model'])}; "
                        f"{cell['steps'] if cell['steps'] is not None else '?'} steps.")
-            cells_data[cell["key"]] = {"title": title, "summary": summary, "runs": cell["runs"],
-                                       "accuracy": cell["accuracy"], "chance": cell["chance"]}
+            detailed = [r for r in cell["runs"] if r in runs]
+            cells_data[cell["key"]] = {"title": title, "summary": summary, "runs": detailed,
+                                       "more": len(cell["runs"]) - len(detailed), "accuracy": cell["accuracy"],
+                                       "chance": cell["chance"]}
             figure = cell_curves_figure(ctx, cell, title)
             if figure:
                 ctx.add_template(f"tpl-cell-{cell['key']}", figure)

@@ -4,10 +4,10 @@ depth and seed, a column for each config field in which runs of one task, model 
 
 from __future__ import annotations
 
-from ...cells import list_fields, short_names, value_text
+from ...cells import short_names, value_text
 from ...draw.svg import esc, fmt, loss_text
 from ..html import ReportContext, section
-from ._common import ensure_runs
+from ._common import ensure_runs, report_fields
 
 
 @section("runs", "Runs", order=90)
@@ -15,14 +15,14 @@ def render(ctx: ReportContext) -> str | None:
     if not ctx.runs:
         return None
     data = ensure_runs(ctx)
-    fields = list_fields([record["config"] or {} for record in ctx.runs])
+    fields = report_fields(ctx)
     names = short_names(fields)
     extra = "".join(f"<th class='num' title='{esc(f)}'>{esc(names[f])}</th>" for f in fields)
     head = ("<tr><th>run</th><th>task</th><th>model</th><th class='num'>layers</th>" + extra +
             "<th class='num'>seed</th><th>status</th><th class='num'>step</th><th class='num'>accuracy</th>"
             "<th class='num'>loss</th><th class='num'>chance</th><th>note</th></tr>")
     rows = []
-    for record in ctx.runs:
+    for record in ctx.detailed:
         run = data[record["id"]]
         final = record["final"] or {}
         note = record["error"] or ""
@@ -38,7 +38,10 @@ def render(ctx: ReportContext) -> str | None:
             f"<td>{esc(note)}</td></tr>")
     varying = (f" Beside the seed, runs of one task and depth differ in: {esc(', '.join(fields))}." if fields
                else "")
-    return (f'<p class="legend">{len(rows)} runs.{varying} <code>depthlab runs --store {esc(ctx.store.root)}</code> '
+    listed = (f"{len(rows):,} of {len(ctx.runs):,} runs: each cell's first run, then each cell's second, and so "
+              f"on; the other {ctx.left_out:,} count in their cells' numbers above and are listed by <code>depthlab "
+              f"runs --json</code>." if ctx.left_out else f"{len(rows)} runs.")
+    return (f'<p class="legend">{listed}{varying} <code>depthlab runs --store {esc(ctx.store.root)}</code> '
             'lists the same ids; every other command takes them too.</p>'
             '<p><input id="run-filter" type="search" placeholder="filter: words that must all appear in the row" '
             'aria-label="filter runs"></p>'

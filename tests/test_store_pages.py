@@ -1,0 +1,81 @@
+"""A store larger than a page: `runs` shows 500 runs and says which, `--offset` and `--limit` page through the
+rest, `runs --json` and `metrics` stream every row, `report` details 200 runs and counts the others in their cells
+(issue 47, item 4; the times and memory at 100,000 runs are benchmarks/store_scale.py's)."""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from conftest import run_depthlab
+from depthlab.api.tables import metrics_frame
+from depthlab.config import parse_run
+from depthlab.store import Store, to_json
+
+RUNS = 60  # more than a table's page and the report's detailed runs, made small here (500 and 200 by default)
+PAGE, DETAILED = 25, 10
+
+
+@pytest.fixture(autouse=True)
+def small_pages(monkeypatch):
+    monkeypatch.setattr("depthlab.cli.runs.TABLE_ROWS", PAGE)
+    monkeypatch.setattr("depthlab.report.html.DETAILED_RUNS", DETAILED)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Path:
+    """60 finished runs of 3 cells (two learning rates and a depth), written straight into SQLite; 1 in 10 with a
+    curve."""
+    root = tmp_path_factory.mktemp("pages") / "store"
+    Store(root).close()
+    runs, metrics = [], []
+    for i in range(RUNS):
+        config = parse_run({"task": {"name": "memorization"}, "seed": i // 3,
+                            "model": {"name": "attention_only", "layers": 1 + (i % 3 == 2)},
+                            "train": {"lr": 0.01 if i % 3 == 1 else 0.1}}).to_dict()
+        run_id = Store.run_id(config)
+        final = {"accuracy": (i % 7) / 7, "loss": 0.5, "steps": 100, "chance": 0.125}
+        runs.append((run_id, "memorization", "attention_only", to_json(config), "done", 100, 1000.0 + i, 1000.0 + i,
+                     to_json(final), None, None, "[]"))
+        if i % 10 == 0:
+            metrics += [(run_id, step, "eval", name, step / 100) for step in (50, 100) for name in ("accuracy", "loss")]
+    with sqlite3.connect(root / "depthlab.sqlite") as conn:
+        conn.executemany("INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", runs)
+        conn.executemany("INSERT INTO metrics VALUES (?, ?, ?, ?, ?)", metrics)
+    return root
+
+
+def test_runs_shows_a_page_says_which_and_pages_through_the_rest(store):
+    code, out, err = run_depthlab("runs", "--json", "--store", str(store))
+    every = [r["id"] for r in json.loads(out)["runs"]]
+    assert code == 0 and every == [r["id"] for r in Store(store, readonly=True).find_runs()] and len(every) == RUNS
+    code, out, err = run_depthlab("runs", "--store", str(store))
+    shown = [line.split()[0] for line in out.splitlines() if re.match(r"^\s*[0-9a-f]{8,} ", line)]
+    assert code == 0 and len(shown) == PAGE and all(every[i].startswith(s) for i, s in enumerate(shown)), err
+    assert "runs 1 to 25 of 60 (oldest first): --offset 25 for the next" in " ".join(out.split())
+    code, out, err = run_depthlab("runs", "--offset", "50", "--store", str(store))
+    shown = [line.split()[0] for line in out.splitlines() if re.match(r"^\s*[0-9a-f]{8,} ", line)]
+    assert code == 0 and len(shown) == 10 and all(every[50 + i].startswith(s) for i, s in enumerate(shown)), err
+    assert "lr" in out  # the shown runs of one task and depth differ in their learning rate: a column
+    code, out, err = run_depthlab("runs", "--json", "--limit", "3", "--offset", "10", "--store", str(store))
+    assert code == 0 and [r["id"] for r in json.loads(out)["runs"]] == every[10:13], err
+
+
+def test_metrics_stream_the_same_table_and_report_details_some_runs_and_counts_every_run(store, tmp_path):
+    rows = Store(store, readonly=True).metric_rows()
+    code, out, err = run_depthlab("metrics", "--format", "json", "--out", str(tmp_path / "m.json"), "--store",
+                                  str(store))
+    expected = metrics_frame(rows).to_json(orient="records", date_format="iso") + "\n"
+    assert code == 0 and (tmp_path / "m.json").read_text() == expected and len(rows) == 24, err
+    code, out, err = run_depthlab("report", "--examples", "0", "--json", "--out", str(tmp_path / "r.html"),
+                                  "--store", str(store))
+    assert code == 0 and json.loads(out)["runs"] == RUNS, err
+    page = (tmp_path / "r.html").read_text()
+    assert "10 of 60 runs: each cell" in page and "the other 50 count in their cells" in page
+    assert page.count('<tr data-run="') == DETAILED
+    # every run counts in its cell's accuracy (3 cells of 20 seeds), not only the detailed ones
+    assert "over 20 seeds" in page and not re.search(r"over [0-9] seeds", page)
