@@ -69,7 +69,7 @@ def atlas(scale: Annotated[str, typer.Option(help="quick (about an hour of one C
     if plan_seconds is not None and not plan_only:
         raise UserError("--plan-seconds: only with --plan (depthlab atlas --plan --plan-seconds 120)")
     vector = vector_format(format_)
-    check_output(out, "--out", folder=True)  # before any training
+    check_output(out, "--out", folder=True, store=store)  # before any training
     plan = load_atlas(scale, tasks, families, with_device(set_, device, executor, workers))
     if plan_only:
         timing = None

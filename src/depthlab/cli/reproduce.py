@@ -86,7 +86,7 @@ def reproduce(name: Annotated[str | None, typer.Argument(help="preset name, e.g.
         return
 
     vector = vector_format(format_)
-    check_output(out, "--out", folder=True)  # before any training
+    check_output(out, "--out", folder=True, store=store)  # before any training
     preset = load_preset(name, scale, with_device(set_, device, workers=workers))
     threads = setup_threads()
     db = open_store(store)
@@ -241,7 +241,7 @@ def capability(
 
     check_executor(executor, address)
     vector = vector_format(format_)
-    check_output(figure, "--figure", suffixes=FIGURE_SUFFIXES)  # before any training
+    check_output(figure, "--figure", suffixes=FIGURE_SUFFIXES, store=store)  # before any training
     overrides = cap.task_overrides(with_device(set_, device, executor, workers))
     base = apply_overrides(cap.default_base(task, model, recipe(CAPABILITY_RECIPE)), overrides)
     study = cap.Study(base, cap.parse_layers(layers), list(range(seeds)), cap.parse_target(target),

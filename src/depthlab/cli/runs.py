@@ -265,7 +265,7 @@ def runs(store: StoreOpt = None, status: Annotated[str | None, typer.Option(help
          task: Annotated[str | None, typer.Option(help="only runs of this task")] = None,
          fmt: FormatOpt = None, out: OutOpt = None, json_out: JsonOpt = False) -> None:
     """List the runs in a store; with --format, write every run's config fields and final metrics as a table."""
-    check_output(out, "--out")
+    check_output(out, "--out", store=store)
     db = open_store(store, readonly=True)
     _check_filters(db, status, task)
     if fmt is not None:
@@ -290,7 +290,7 @@ def metrics(run: Annotated[list[str] | None, typer.Argument(help="run ids or uni
     """Every metrics row of the runs (run_id, step, split, metric, value): the table depthlab.Store.metrics gives."""
     from ..api.tables import metrics_frame
 
-    check_output(out, "--out")
+    check_output(out, "--out", store=store)
     db = open_store(store, readonly=True)
     frame = metrics_frame(db.metric_rows([db.resolve(r) for r in run] if run else None))
     if json_out:
