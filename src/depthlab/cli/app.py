@@ -23,6 +23,7 @@ import typer
 from ..errors import UserError
 from ..memory import ENV as MEMORY_ENV
 from ..memory import parse_size
+from ..secrets import redact
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="depthlab: what sequence models can learn, at which depth, and how.")
@@ -75,8 +76,7 @@ def _internal_error(error: BaseException) -> str:
     line = f"internal error: {type(error).__name__}{': ' + what if what else ''}"
     try:
         with tempfile.NamedTemporaryFile("w", prefix="depthlab-error-", suffix=".txt", delete=False) as f:
-            f.write(f"depthlab {' '.join(sys.argv[1:])}\n\n")
-            traceback.print_exception(error, file=f)
+            f.write(redact(f"depthlab {' '.join(sys.argv[1:])}\n\n" + "".join(traceback.format_exception(error))))
     except OSError as e:
         return f"{line} (its traceback could not be written to {tempfile.gettempdir()}: {e.strerror})"
     return f"{line} (the traceback is in {f.name}; please report it with that file)"
@@ -133,6 +133,21 @@ class _GuardedStdout:
         return getattr(self._stream, name)
 
 
+class _RedactedStderr:
+    """stderr while a command runs: every write with the API key (``depthlab.secrets``) redacted, whoever writes
+    it (a library's warning, a plugin, rich's console)."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, data: str) -> int:
+        self._stream.write(redact(data))
+        return len(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 def _silence_stdout(failed: Any) -> None:
     """Point stdout at /dev/null: what the ``failed`` stream could not take must not fail again when Python flushes
     it at exit (the process's own stdout is redirected below Python too; any other stream is only replaced)."""
@@ -153,6 +168,7 @@ def main() -> None:
         raise SystemExit(2)
     code: int | None
     stdout, sys.stdout = sys.stdout, _GuardedStdout(sys.stdout)
+    stderr, sys.stderr = sys.stderr, _RedactedStderr(sys.stderr)
     try:
         # Without standalone mode, Typer returns the exit code of a command that exits (Ctrl-C becomes 130).
         code = command().main(prog_name="depthlab", standalone_mode=False)
@@ -197,10 +213,11 @@ def main() -> None:
     else:
         line = None
     sys.stdout = stdout  # as it was before the guard (and any wrapper a plugin put around it)
+    sys.stderr = stderr
     for note in damage_notes():  # rows a store left out, named even when the command could work without them
-        print(f"warning: {note}", file=sys.stderr)
+        print(redact(f"warning: {note}"), file=sys.stderr)
     if line:
-        print(f"error: {line}", file=sys.stderr)
+        print(redact(f"error: {line}"), file=sys.stderr)
     if code == 130:
         print("interrupted", file=sys.stderr)
     if isinstance(code, int) and code:

@@ -13,8 +13,9 @@ as an API samples by default), seeded per batch with ``torch.manual_seed`` (exac
 
 :class:`EndpointRunner` posts to ``<base URL>/chat/completions`` with ``httpx`` (one pooled client shared by its
 threads; proxies from the environment as usual). The API key is read from the environment variable whose *name*
-is given (default ``OPENAI_API_KEY``); it is sent in the ``Authorization`` header and is never part of
-:meth:`EndpointRunner.describe`, ``repr`` or an exception message (any text that would carry it is redacted).
+is given (default ``OPENAI_API_KEY``); it is checked first (printable ASCII without spaces: a line break in it
+would otherwise be refused by h11 in a message that quotes it), sent in the ``Authorization`` header and never
+part of :meth:`EndpointRunner.describe`, ``repr`` or a message (``depthlab.secrets`` redacts it in every form).
 An answer is read as untrusted input: at most :data:`MAX_BODY_BYTES` of it (counted while it streams in, and
 asked for uncompressed, so a small compressed answer cannot unpack into gigabytes), nesting at most 64 levels
 (``depthlab.bounded``), and the whole request (connecting, the headers, the body) within ``timeout`` seconds: a
@@ -47,6 +48,7 @@ from typing import Any, Protocol
 
 from depthlab.bounded import BoundError, parse_json
 from depthlab.errors import UserError
+from depthlab.secrets import check_key, redact, register
 
 DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
 DEFAULT_LOCAL_MAX_NEW_TOKENS = 16
@@ -314,7 +316,11 @@ class EndpointRunner:
         self.backoff = float(backoff)
         self.max_backoff = float(max_backoff)
         key = os.environ.get(api_key_env, "").strip()
-        self._secret = key or None
+        try:
+            check_key(key, f"${api_key_env}")
+        except ValueError as e:
+            raise UserError(str(e)) from None
+        register(key)  # from here on, every message depthlab writes has it redacted, in any form
         self._headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if key:
             self._headers["Authorization"] = f"Bearer {key}"
@@ -343,10 +349,10 @@ class EndpointRunner:
             "max_new_tokens": self.max_new_tokens,
         }
 
-    def redact(self, text: str) -> str:
-        if self._secret:
-            text = text.replace(self._secret, "***")
-        return text
+    @staticmethod
+    def redact(text: str) -> str:
+        """``text`` with the API key, in any form (``depthlab.secrets``), replaced by ``***``."""
+        return redact(text)
 
     def _payload(self, request: Request) -> bytes:
         body: dict[str, Any] = {
@@ -433,7 +439,8 @@ class EndpointRunner:
             else:
                 if status == 200:
                     try:
-                        return Reply(self._content(body), attempts=attempt + 1)
+                        # a server echoing the key back does not get it into the store
+                        return Reply(redact(self._content(body)), attempts=attempt + 1)
                     except (ValueError, KeyError, IndexError, TypeError, AttributeError, UnicodeDecodeError) as e:
                         why = f" ({e.detail})" if isinstance(e, BoundError) else ""
                         problem = f"malformed chat-completions answer from {self.url}{why}"
