@@ -17,19 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_depthlab
+from conftest import one_line_exit_2, run_depthlab
 from depthlab.store import Store
-
-
-def one_line_exit_2(result: tuple[int, str, str], *needles: str) -> str:
-    code, out, err = result
-    assert code == 2, (code, err)
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
-    assert out == ""
-    return lines[0]
 
 
 @pytest.fixture

@@ -19,7 +19,8 @@ code runs. A plugin file's task classes are guarded (:func:`guard`): what ``samp
 checked before depthlab uses it (a Batch of the task's shapes, token ids in the vocabulary, targets among the
 labels), and anything they raise is a :class:`PluginError` naming the file, the task and the method, exit code 2.
 What a plugin prints (on import, or while its code runs, in any thread) goes to stderr, so ``--json`` stays one
-line. ``os._exit`` called by plugin code is refused with a PluginError (depthlab replaces ``os._exit`` with a
+line; a thread plugin code starts is a daemon (it cannot keep the command alive after its result). ``os._exit``
+called by plugin code is refused with a PluginError (depthlab replaces ``os._exit`` with a
 function that ends the process as before unless the calling thread is running plugin code); a plugin that ends
 the process another way (``posix._exit``, a signal, ctypes) cannot be stopped by any check inside the process.
 """
@@ -57,6 +58,7 @@ LOADED: dict[Path, ModuleType] = {}  # plugin files loaded in this process, by a
 GUARDED = ("sample", "enumerate")  # the task methods whose output depthlab trains on
 _RUNNING = threading.local()  # .label: the plugin code this thread is running (see running_plugin)
 _REAL_EXIT = os._exit
+_REAL_START = threading.Thread.start
 
 
 class PluginError(UserError, ValueError):
@@ -89,8 +91,26 @@ class _PluginStdout:
         return getattr(self.out, name)
 
 
+def _start_guard(thread: threading.Thread) -> None:
+    """``Thread.start`` while plugins are loaded: a thread that plugin code starts is made a daemon, so it cannot
+    keep depthlab alive once the command's result is out (a non-daemon one did, for as long as it ran), and it
+    runs as that plugin's code (its prints go to stderr)."""
+    label = getattr(_RUNNING, "label", None)
+    if label is not None:
+        thread.daemon = True
+        run = thread.run
+
+        def run_as_plugin() -> None:
+            with running_plugin(label):
+                run()
+
+        thread.run = run_as_plugin  # type: ignore[method-assign]
+    _REAL_START(thread)
+
+
 def _install_guards() -> None:
     os._exit = _exit_guard
+    threading.Thread.start = _start_guard  # type: ignore[method-assign]
     if not isinstance(sys.stdout, _PluginStdout) and sys.stdout is not None:
         sys.stdout = _PluginStdout(sys.stdout)
 

@@ -277,7 +277,7 @@ def bench(runs: Annotated[str | None, typer.Option(help="group sizes to measure,
           json_out: JsonOpt = False) -> None:
     """Measure the batched engine against a plain loop and the machine's peak, or count the operations of its
     training step with --ops (see benchmarks/)."""
-    from ..training.throughput import CASES, run_benchmark
+    from ..training.throughput import CASES, check_sizes, run_benchmark
 
     known = [c.name for c in CASES]
     for name in case or []:
@@ -290,6 +290,7 @@ def bench(runs: Annotated[str | None, typer.Option(help="group sizes to measure,
         raise UserError(f"--runs: expected comma-separated integers, e.g. 1,4,16 (got {runs!r})") from None
     if not counts or min(counts) < 1:
         raise UserError(f"--runs: group sizes must be positive integers (got {runs!r})")
+    check_sizes(counts, case, device)  # before a config is built: --runs 1000000 allocated gigabytes
     threads = setup_threads()
     if ops:
         _bench_ops(counts, case, device, json_out)
