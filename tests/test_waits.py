@@ -161,3 +161,29 @@ def test_a_plugins_thread_cannot_keep_the_command_alive(tmp_path):
         for registry, before in ((TASKS, tasks), (plugins.LOADED, loaded)):
             registry.clear()
             registry.update(before)
+
+
+def test_a_ray_executor_whose_worker_never_starts_fails_fast_naming_the_object_store(monkeypatch):
+    """Ray's workers, unable to map their object store under an 8 GB address-space cap, never started, and the
+    sweep waited for minutes without a word; the first worker (the store writer) now has WORKER_START_S."""
+    ray = pytest.importorskip("ray")
+    from depthlab.errors import UserError
+    from depthlab.sweeps import ray_executor
+
+    asked: list[float] = []
+
+    def get(ref, timeout):
+        asked.append(timeout)
+        raise ray.exceptions.GetTimeoutError("timed out")
+
+    fake = type("FakeRay", (), {"get": staticmethod(get), "exceptions": ray.exceptions})
+    writer = type("Writer", (), {"is_stopping": type("Method", (), {"remote": staticmethod(lambda: "ref")})})
+    with pytest.raises(UserError, match=r"no Ray worker started within 30 s; .*object store memory.*"
+                                        r"set DEPTHLAB_RAY_OBJECT_STORE=512MiB"):
+        ray_executor._wait_for_worker(fake, writer, None)
+    assert asked == [ray_executor.WORKER_START_S]
+    monkeypatch.setenv("DEPTHLAB_RAY_OBJECT_STORE", "512MiB")
+    assert ray_executor._object_store() == {"object_store_memory": 512 << 20}
+    monkeypatch.setenv("DEPTHLAB_RAY_OBJECT_STORE", "lots")
+    with pytest.raises(UserError, match=r"\$DEPTHLAB_RAY_OBJECT_STORE: "):
+        ray_executor._object_store()
