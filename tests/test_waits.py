@@ -178,7 +178,7 @@ def test_a_ray_executor_whose_worker_never_starts_fails_fast_naming_the_object_s
 
     fake = type("FakeRay", (), {"get": staticmethod(get), "exceptions": ray.exceptions})
     writer = type("Writer", (), {"is_stopping": type("Method", (), {"remote": staticmethod(lambda: "ref")})})
-    with pytest.raises(UserError, match=r"no Ray worker started within 30 s; .*object store memory.*"
+    with pytest.raises(UserError, match=r"no Ray worker started within 60 s; .*object store memory.*"
                                         r"set DEPTHLAB_RAY_OBJECT_STORE=512MiB"):
         ray_executor._wait_for_worker(fake, writer, None)
     assert asked == [ray_executor.WORKER_START_S]

@@ -278,7 +278,10 @@ def batch_problem(task: Task, out: Any, asked: Any = None) -> str | None:
 def load_plugin_file(path: str | Path) -> list[str]:
     """Import the Python file ``path`` (once per process); returns the task (and model) names it registered."""
     label = f"--plugin {path}"
-    resolved = Path(path).expanduser().resolve()
+    try:
+        resolved = Path(path).expanduser().resolve()
+    except (RuntimeError, OSError) as e:  # a symlink loop, ~nosuchuser
+        raise UserError(f"{label}: cannot find the file ({e}); give the path of a .py file") from None
     if resolved in LOADED:
         return []
     if not resolved.exists():

@@ -22,7 +22,7 @@ import typer
 
 from ..errors import UserError
 from ..memory import ENV as MEMORY_ENV
-from ..memory import parse_size
+from ..memory import memory_budget, parse_size
 from ..secrets import redact
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -159,13 +159,17 @@ def _silence_stdout(failed: Any) -> None:
 
 def main() -> None:
     """``depthlab``: run the app inside the error boundary (module docstring)."""
-    from .common import OPENED, damage_notes
+    from .common import OPENED, damage_notes, sane_columns
 
     OPENED.clear()
+    sane_columns()  # again: $COLUMNS may have changed since common was imported (depthlab called in-process)
     if sys.stdout is None:  # started with stdout closed (`>&-`): results would be lost, or land in a file it opens
         print("error: stdout is closed; depthlab writes its results there: redirect it to a file or /dev/null",
               file=sys.stderr)
         raise SystemExit(2)
+    for stream in (sys.stdout, sys.stderr):  # an encoding without a character (PYTHONIOENCODING=ascii): escaped
+        with contextlib.suppress(AttributeError, ValueError):
+            stream.reconfigure(errors="backslashreplace")
     code: int | None
     stdout, sys.stdout = sys.stdout, _GuardedStdout(sys.stdout)
     stderr, sys.stderr = sys.stderr, _RedactedStderr(sys.stderr)
@@ -203,9 +207,10 @@ def main() -> None:
             code, line = 2, (f"out of GPU memory: {_one_line(str(e))[:200]}; ask for smaller sizes or fewer runs "
                              "at once (--group-size)")
         elif _out_of_cpu_memory(e):
+            unchecked = (" (with DEPTHLAB_MEMORY=off sizes are not checked before they are allocated)"
+                         if memory_budget()[0] is None else "")  # said only when it is off
             code, line = 2, (f"out of memory: {_one_line(str(e)).partition('DefaultCPUAllocator: ')[2][:160]}; ask "
-                             "for smaller sizes, or free memory (with DEPTHLAB_MEMORY=off sizes are not checked "
-                             "before they are allocated)")
+                             f"for smaller sizes, or free memory{unchecked}")
         elif blame(e):  # raised in a plugin's code: the plugin's error, not depthlab's
             code, line = 2, blame(e)
         else:

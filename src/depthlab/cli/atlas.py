@@ -82,7 +82,7 @@ def atlas(scale: Annotated[str, typer.Option(help="quick (about an hour of one C
         _show_plan(plan, json_out, timing)
         return
     threads = setup_threads()
-    db = open_store(store)
+    db = open_store(store, create=not finished_only)  # redrawing what is done: a mistyped store is an error
     if not json_out:
         console.print(f"[bold]depth atlas[/], scale {scale}: {len(plan.studies)} capability studies, at most "
                       f"{plan.most_runs} runs, {threads} threads. {plan.note}")

@@ -29,6 +29,18 @@ if TYPE_CHECKING:
     from ..analysis.runs import LoadedRun
     from ..store import Store
 
+MIN_COLUMNS = 20  # a terminal narrower than this (COLUMNS=0) made rich print nothing at all, exit 0
+
+
+def sane_columns() -> None:
+    """``$COLUMNS`` below :data:`MIN_COLUMNS` replaced by 80, the width of a pipe, for every console made after
+    (rich reads it when a console is made); ``$COLUMNS`` that is not a number rich ignores already."""
+    columns = os.environ.get("COLUMNS", "").strip()
+    if columns.isdigit() and int(columns) < MIN_COLUMNS:
+        os.environ["COLUMNS"] = "80"
+
+
+sane_columns()  # before the first console, here or in any command
 console = Console(stderr=True)  # progress and notes; results go to stdout
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON object to stdout and nothing else")]

@@ -32,8 +32,18 @@ def default_store_path() -> Path:
     """The store root when the caller names none: ``$DEPTHLAB_STORE`` if set, else ``./depthlab-runs``."""
     env = os.environ.get(ENV_VAR, "").strip()
     if env:
-        return Path(env).expanduser().absolute()
+        return expand_user(env, f"${ENV_VAR}").absolute()
     return Path(DEFAULT_DIR).absolute()
+
+
+def expand_user(path: str | Path, source: str) -> Path:
+    """``path`` with a leading ``~`` or ``~NAME`` expanded; a StoreError naming ``source`` when there is no such
+    home folder (Python raises RuntimeError for ``~nosuchuser``)."""
+    try:
+        return Path(path).expanduser()
+    except RuntimeError:
+        raise StoreError(f"{source}: {path}: no home folder for {str(path).split(os.sep)[0]!r} on this machine "
+                         f"(~NAME is a user's home folder); give the store's path") from None
 
 
 def database_path(root: str | Path) -> Path:

@@ -64,7 +64,7 @@ LOCAL_INSTANCE_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # Linux too: bi
 # busy processes took 150 s instead of 25 s on a 2-core machine). Read by the raylet when the instance starts.
 LOCAL_WORKER_NICENESS = {"RAY_worker_niceness": "0"}
 _ACTOR_RETRIES = -1  # the store writer's calls are idempotent: retry them as long as Ray can
-WORKER_START_S = 30.0  # the store writer, the first worker, answers within this (1 to 3 s on a quiet machine)
+WORKER_START_S = 60.0  # the store writer, the first worker, answers within this (seconds on a quiet machine)
 OBJECT_STORE_ENV = "DEPTHLAB_RAY_OBJECT_STORE"  # a local instance's object store size: 512MiB, 2GiB
 
 
