@@ -236,11 +236,11 @@ def issue_47_outputs_secrets_waits(work: Path, a: str, copy, case) -> None:
         for key, what in ((KEY + "\r\nX-Evil: 1", "holding \\r\\n"), ("sk-clé", "non-ASCII")):
             code, line = depthlab(*bench, "--store", str(work / "k1"), env={"HOSTILE_KEY": key})
             case(f"llm-bench, an API key {what} ({leaked(line)} on stderr)", (code, line))
-        server.answer = Answer(status=500, chunks=[f"echo {KEY} {KEY.encode().hex()}".encode()])
+        server.answer = Answer(status=401, chunks=[f"bad key {KEY}, as %-encoded {KEY.replace('-', '%2D')}".encode()])
         code, line = depthlab(*bench, "--retries", "0", "--store", str(work / "k2"), env={"HOSTILE_KEY": KEY})
         with sqlite3.connect(work / "k2" / "depthlab.sqlite") as conn:
             stored = " ".join(str(r[0]) for r in conn.execute("SELECT error FROM runs"))
-        case(f"llm-bench, a server echoing the key in a 500 ({leaked(line)} on stderr, {leaked(stored)} in "
+        case(f"llm-bench, a server echoing the key in a 401 ({leaked(line)} on stderr, {leaked(stored)} in "
              f"runs.error)", (code, line))
 
         # waits: Retry-After under --timeout 3
