@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 from pathlib import Path
 
 import yaml
@@ -214,6 +215,7 @@ def leaked(text: str) -> str:
     from depthlab.secrets import forms
 
     found = sorted(form for form in forms(KEY) if form.lower() in text.lower())
+    found += ["percent-decoded"] * (KEY in urllib.parse.unquote(text))
     return f"KEY LEAKED ({found[0]!r})" if found else "no form of the key"
 
 

@@ -26,8 +26,10 @@ KEY = 'sk-a/b+c=d"e\\f_0123456789'  # characters that each form writes different
 
 
 def leaks(text: str, key: str = KEY) -> list[str]:
-    """The forms of ``key`` found in ``text``, in any case (base64 fragments of 8 characters and more counted)."""
-    return sorted(form for form in secrets.forms(key) if form.lower() in text.lower())
+    """The forms of ``key`` found in ``text``, in any case (base64 fragments of 8 characters and more counted),
+    and the key itself in ``text`` percent-decoded (however many of its characters were encoded)."""
+    found = sorted(form for form in secrets.forms(key) if form.lower() in text.lower())
+    return found + ["percent-decoded"] * (key in urllib.parse.unquote(text))
 
 
 def every_form(key: str) -> dict[str, str]:
@@ -35,7 +37,9 @@ def every_form(key: str) -> dict[str, str]:
     quoted = urllib.parse.quote(raw, safe="")
     out = {"raw": key, "repr of bytes (h11)": repr(b"Bearer " + raw + b"\r\nX-Evil: 1"), "repr": repr(key),
            "JSON": json.dumps({"key": key}), "percent": quoted, "percent, lower-case hex": quoted.replace("%2F", "%2f"),
-           "percent, plus": urllib.parse.quote_plus("Bearer " + key)}
+           "percent, plus": urllib.parse.quote_plus("Bearer " + key),
+           "percent, every byte": "".join(f"%{b:02x}" for b in raw),
+           "percent, unreserved ones too": quoted.replace("-", "%2D").replace("_", "%5f")}
     for name, encode in (("base64", base64.b64encode), ("base64url", base64.urlsafe_b64encode)):
         for prefix in (b"", b"B", b"Be", b"Bearer "):
             out[f"{name} after {len(prefix)} bytes"] = encode(prefix + raw + b"\x00tail").decode()

@@ -5,9 +5,10 @@ and the Bearer scheme (RFC 6750's ``b64token`` is a subset) allow. A key that fa
 and the position of the first bad character, never the key. A key in use is registered (:func:`register`), and
 :func:`redact` replaces it with ``***`` in any form a library or a server may have put it in a message: raw, as
 Python's ``repr`` escapes it (h11's ``Illegal header value b'Bearer sk-abc\\r\\n…'``), JSON-escaped,
-percent-encoded (hex digits in either case, ``+`` for a space) and base64 (standard and URL-safe, at each of the
-three alignments it can take inside a longer encoded text). The CLI's error boundary passes everything it writes
-to stderr, and the traceback file, through it; what is stored in a run's ``error`` goes through it first.
+percent-encoded (any of its bytes, hex digits in either case, ``+`` for a space) and base64 (standard and
+URL-safe, at each of the three alignments it can take inside a longer encoded text). The CLI's error boundary
+passes everything it writes to stderr, and the traceback file, through it; what is stored in a run's ``error``
+goes through it first.
 """
 
 from __future__ import annotations
@@ -39,8 +40,8 @@ def register(secret: str | None) -> None:
     global _PATTERN
     if secret:
         _SECRETS.add(secret)
-        _PATTERN = re.compile("|".join(sorted({_pattern(form) for s in _SECRETS for form in forms(s)},
-                                              key=len, reverse=True)))
+        patterns = {_pattern(form) for s in _SECRETS for form in forms(s)} | {_percent(s) for s in _SECRETS}
+        _PATTERN = re.compile("|".join(sorted(patterns, key=len, reverse=True)))
 
 
 def _pattern(form: str) -> str:
@@ -49,12 +50,23 @@ def _pattern(form: str) -> str:
     return re.sub(r"%([0-9A-F]{2})", either, re.escape(form))
 
 
+def _percent(secret: str) -> str:
+    """A regular expression of ``secret`` with any of its bytes percent-encoded or not, hex digits in either case
+    (a server may encode even the characters URLs leave as they are: ``sk%2Dabc`` is ``sk-abc``)."""
+    def byte(value: int) -> str:
+        hex_digits = "".join(f"[{c.upper()}{c.lower()}]" if c.isalpha() else c for c in f"{value:02X}")
+        return f"(?:{re.escape(chr(value))}|%{hex_digits})" if value < 128 else f"%{hex_digits}"
+
+    return "".join(byte(value) for value in secret.encode("utf-8", "surrogatepass"))
+
+
 def forms(secret: str) -> set[str]:
     """Every text ``secret`` may appear as in a message (empty forms left out)."""
     raw = secret.encode("utf-8", "surrogatepass")
     out = {secret, repr(secret)[1:-1], repr(raw)[2:-1], json.dumps(secret)[1:-1],
            json.dumps(secret, ensure_ascii=False)[1:-1]}
-    out |= {urllib.parse.quote(raw, safe=""), urllib.parse.quote(raw), urllib.parse.quote_plus(raw)}
+    out |= {urllib.parse.quote(raw, safe=""), urllib.parse.quote(raw), urllib.parse.quote_plus(raw),
+            "".join(f"%{value:02X}" for value in raw)}  # every byte encoded (:func:`_percent` matches any mix)
     for encode in (base64.b64encode, base64.urlsafe_b64encode):
         out.add(encode(raw).decode())
         for shift in range(3):  # the secret after `shift` other bytes: only whole 4-character groups are its own
