@@ -50,10 +50,12 @@ def open_database(db_path: Path, mode: str = "create") -> sqlite3.Connection:
 
 
 def _bound(conn: sqlite3.Connection) -> None:
-    """SQLite's own limits on what a read may cost: a text or blob of at most :data:`MAX_VALUE_BYTES`, and each
+    """SQLite's own limits on what a read may cost: a text or blob of at most :data:`MAX_VALUE_BYTES`, a schema
+    that is not trusted (its views and triggers may not call functions with side effects), and each
     statement stopped (``interrupted``: a StoreError) once it has run :data:`MAX_STATEMENT_S` seconds, by a
     progress handler timed from the statement's start (the trace callback marks it)."""
     conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
+    conn.execute("PRAGMA trusted_schema = OFF")  # SQLite's advice for a file from elsewhere: no functions in views
     started = [time.monotonic()]
     conn.set_trace_callback(lambda _sql: started.__setitem__(0, time.monotonic()))
     conn.set_progress_handler(lambda: time.monotonic() - started[0] > MAX_STATEMENT_S, PROGRESS_OPS)
