@@ -1,6 +1,6 @@
 """Issue 32's hostile cases re-run by hand: each as a real `depthlab` process, its exit code and first stderr line.
 
-    PYTHONPATH=src python benchmarks/hostile_cases.py [WORKDIR]
+    PYTHONPATH=src python benchmarks/hostile_cases.py [WORKDIR] [--only-issue-47]
 
 Every case of the issue (unbounded reads, silently wrong results, someone else's problem reported as depthlab's,
 unclear messages), set up in WORKDIR (default: a temporary folder) with tiny runs: a store with two trained runs
@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 from pathlib import Path
 
 import yaml
@@ -46,6 +47,11 @@ def depthlab(*args: str, env: dict[str, str] | None = None, stdout=subprocess.PI
     return done.returncode, f"{lines[0][:150]}  [{time.perf_counter() - started:.1f} s]"
 
 
+def plugin_template() -> str:
+    """The plugin task of tests/test_hostile.py, with ``{kind}`` and ``{body}`` (its sample) to fill in."""
+    return PLUGIN.read_text().split("PLUGIN = '''")[1].split("'''")[0]
+
+
 def write(path: Path, content: object) -> Path:
     path.write_text(content if isinstance(content, str) else yaml.safe_dump(content))
     return path
@@ -57,7 +63,7 @@ def run_id(store: Path, seed: int) -> str:
                     if f'"seed": {seed}' in r[1] or (seed == 0 and '"seed"' not in r[1]))
 
 
-def cases(work: Path) -> list[tuple[str, tuple[int, str]]]:
+def cases(work: Path, only_issue_47: bool = False) -> list[tuple[str, tuple[int, str]]]:
     out: list[tuple[str, tuple[int, str]]] = []
 
     def case(name: str, result: tuple[int, str]) -> None:
@@ -73,6 +79,10 @@ def cases(work: Path) -> list[tuple[str, tuple[int, str]]]:
         target = work / name
         shutil.copytree(trained, target)
         return target
+
+    if only_issue_47:
+        issue_47_outputs_secrets_waits(work, a, copy, case)
+        return out
 
     # unbounded reads
     zero = copy("zero")
@@ -122,7 +132,7 @@ def cases(work: Path) -> list[tuple[str, tuple[int, str]]]:
               "width": "x, y = rng.integers(0, 4, (n, 4)), rng.integers(0, 4, n)",
               "empty-vocab": "x, y = rng.integers(0, 4, (n, 3)), rng.integers(0, 4, n)",
               "raises": "raise RuntimeError('boom')"}
-    template = PLUGIN.read_text().split("PLUGIN = '''")[1].split("'''")[0]
+    template = plugin_template()
     for kind, body in bodies.items():
         slug = kind.replace("-", "_")
         plugin = write(work / f"plugin_{slug}.py", template.format(kind=kind, body=body))
@@ -254,13 +264,95 @@ def cases(work: Path) -> list[tuple[str, tuple[int, str]]]:
         case(f"plugin {what}, tasks --json", (done.returncode, f"{len(done.stdout.strip().splitlines())} line(s) on "
                                                                f"stdout; stderr: {done.stderr.strip()[:90]!r}"))
     # end of issue 47, items 4 and 5
+    issue_47_outputs_secrets_waits(work, a, copy, case)
     return out
 
 
+# --------------------------------------------------------------- issue 47 items 1, 2, 3, 6: outputs, secrets, waits
+
+KEY = "sk-abc123XYZ"  # the API key of these cases; the check below looks for it in every form (depthlab.secrets)
+
+
+def leaked(text: str) -> str:
+    from depthlab.secrets import forms
+
+    found = sorted(form for form in forms(KEY) if form.lower() in text.lower())
+    found += ["percent-decoded"] * (KEY in urllib.parse.unquote(text))
+    return f"KEY LEAKED ({found[0]!r})" if found else "no form of the key"
+
+
+def issue_47_outputs_secrets_waits(work: Path, a: str, copy, case) -> None:
+    """Issue 47's cases of items 1, 2, 3 and 6, each as a process: (exit code, first line)."""
+    # outputs over what a command reads or owns
+    for command in (["report"], ["runs", "--format", "csv"], ["metrics", "--format", "json"]):
+        store = copy(f"owned-{command[0]}")
+        result = depthlab(*command, "--store", str(store), "--out", str(store / "depthlab.sqlite"))
+        intact = sqlite3.connect(store / "depthlab.sqlite").execute("PRAGMA integrity_check").fetchone()[0]
+        case(f"{' '.join(command)} --store S --out S/depthlab.sqlite (then integrity_check: {intact})", result)
+    store = copy("owned-checkpoint")
+    case("metrics --store S --out S/artifacts/RUN/checkpoint.safetensors",
+         depthlab("metrics", "--store", str(store), "--out", str(store / "artifacts" / a / "checkpoint.safetensors")))
+
+    # secrets
+    with HostileServer() as server:
+        bench = ["llm-bench", "--endpoint", server.url, "--model-name", "m", "--formulation", "functions", "-n", "1",
+                 "--max-tries", "1", "--api-key-env", "HOSTILE_KEY"]
+        for key, what in ((KEY + "\r\nX-Evil: 1", "holding \\r\\n"), ("sk-clé", "non-ASCII")):
+            code, line = depthlab(*bench, "--store", str(work / "k1"), env={"HOSTILE_KEY": key})
+            case(f"llm-bench, an API key {what} ({leaked(line)} on stderr)", (code, line))
+        server.answer = Answer(status=401, chunks=[f"bad key {KEY}, as %-encoded {KEY.replace('-', '%2D')}".encode()])
+        code, line = depthlab(*bench, "--retries", "0", "--store", str(work / "k2"), env={"HOSTILE_KEY": KEY})
+        with sqlite3.connect(work / "k2" / "depthlab.sqlite") as conn:
+            stored = " ".join(str(r[0]) for r in conn.execute("SELECT error FROM runs"))
+        case(f"llm-bench, a server echoing the key in a 401 ({leaked(line)} on stderr, {leaked(stored)} in "
+             f"runs.error)", (code, line))
+
+        # waits: Retry-After under --timeout 3
+        for header in ({"Retry-After": "99999"}, {"Retry-After": "Fri, 01 Jan 2100 00:00:00 GMT"},
+                       {"retry-after-ms": "inf"}):
+            server.answer = Answer(status=429, headers=header)
+            name, value = next(iter(header.items()))
+            case(f"endpoint answers 429 with {name}: {value}, --timeout 3",
+                 depthlab(*bench, "--timeout", "3", "--retries", "2", "--store", str(work / "k3")))
+        case("llm-bench --timeout inf", depthlab(*bench, "--timeout", "inf", "--store", str(work / "k4")))
+    case("bench --runs 1000000", depthlab("bench", "--runs", "1000000"))
+    endless = copy("endless")
+    with sqlite3.connect(endless / "depthlab.sqlite") as conn:
+        conn.execute("DROP TABLE metrics")
+        conn.execute("CREATE VIEW metrics AS WITH RECURSIVE r(run_id, step, split, name, value) AS (SELECT 'a', 0, "
+                     "'eval', 'accuracy', 1.0 UNION ALL SELECT run_id, step + 1, split, name, value FROM r) "
+                     "SELECT * FROM r")
+    for command in (["metrics"], ["report", "--out", str(work / "endless.html")]):
+        case(f"a store whose metrics is an endless recursive view, {command[0]}",
+             depthlab(*command, "--store", str(endless), timeout=120))
+    sample = "x, y = rng.integers(0, 4, (n, 3)), rng.integers(0, 4, n)"
+    sleeper = write(work / "sleeper.py", "import threading, time\n"
+                    "threading.Thread(target=time.sleep, args=(120,)).start()\n"
+                    + plugin_template().format(kind="ok", body=sample))
+    case("a plugin starting a non-daemon thread of 120 s, tasks --json (the wall time below)",
+         depthlab("--plugin", str(sleeper), "tasks", "--json"))
+
+    # the environment and the messages
+    case("DEPTHLAB_STORE='~nosuchuser/x' runs", depthlab("runs", env={"DEPTHLAB_STORE": "~nosuchuser/x"}))
+    (work / "loop-a.py").symlink_to(work / "loop-b.py")
+    (work / "loop-b.py").symlink_to(work / "loop-a.py")
+    case("--plugin on a symlink loop", depthlab("--plugin", str(work / "loop-a.py"), "tasks"))
+    case("PYTHONIOENCODING=ascii tasks (non-ASCII summaries)", depthlab("tasks", env={"PYTHONIOENCODING": "ascii"}))
+    code, line = depthlab("tasks", env={"COLUMNS": "0"})
+    case("COLUMNS=0 tasks (the first line of stdout)", (code, line))
+    case("atlas --finished-only --store TYPO", depthlab("atlas", "--finished-only", "--store", str(work / "TYPO")))
+    case("construct seed003-nearest-neighbor --set gamma=1e-308",
+         depthlab("construct", "seed003-nearest-neighbor", "--set", "gamma=1e-308"))
+    case("sweep --executor ray under an 8 GB address-space cap (ulimit -v)", depthlab(
+        shell=f"ulimit -v 8000000; {sys.executable} -m depthlab.cli sweep {work / 'two.yaml'} --executor ray "
+              f"--store {work / 'ray'}", timeout=300))
+
+
 def main() -> None:
-    work = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp(prefix="hostile-"))
+    args = [arg for arg in sys.argv[1:] if arg != "--only-issue-47"]
+    work = Path(args[0]) if args else Path(tempfile.mkdtemp(prefix="hostile-"))
     work.mkdir(parents=True, exist_ok=True)
-    cases(work)
+    cases(work, only_issue_47="--only-issue-47" in sys.argv[1:])
 
 
 if __name__ == "__main__":

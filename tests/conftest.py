@@ -100,6 +100,19 @@ def run_depthlab(*args: str) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
+def one_line_exit_2(result: tuple[int, str, str], *needles: str) -> str:
+    """The one ``error:`` line of a :func:`run_depthlab` result that exited with code 2 and printed nothing on
+    stdout, checked to hold each of ``needles``."""
+    code, out, err = result
+    assert code == 2, (code, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    assert out == "", out
+    return lines[0]
+
+
 @pytest.fixture
 def depthlab_main():
     """:func:`run_depthlab` as a fixture."""

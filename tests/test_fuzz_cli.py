@@ -23,6 +23,7 @@ import importlib.metadata
 import json
 import os
 import shutil
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -40,7 +41,7 @@ from depthlab.store import Store
 from depthlab.tasks import TASKS
 from hostile_http import Answer, HostileServer
 
-EXAMPLES = int(os.environ.get("DEPTHLAB_CLI_FUZZ_EXAMPLES", 100))  # per test; 6 tests
+EXAMPLES = int(os.environ.get("DEPTHLAB_CLI_FUZZ_EXAMPLES", 100))  # per test; 8 tests
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck),
                 derandomize="DEPTHLAB_CLI_FUZZ_EXAMPLES" not in os.environ, database=None)
 BUDGET = "2GiB"  # DEPTHLAB_MEMORY during the fuzz: what cannot fit in it is refused, nothing big is allocated
@@ -57,8 +58,10 @@ ROOT = typer.main.get_command(app)
 OPTIONS = {name: options_of(ROOT, name) for name in (
     "tasks", "sample", "runs", "report", "export", "train", "sweep", "construct", "llm-prompts", "llm-bench",
     "reproduce", "induction", "attention", "analyze attention", "analyze ablate", "analyze circuit",
-    "analyze emergence")}
+    "analyze emergence", "atlas")}
 OPTIONS["induction"].remove("--model")  # a TransformerLens model: importing transformer_lens alone takes seconds
+for slow in ("--executor", "--address", "--plan-seconds"):  # starting Ray; training to time the plan
+    OPTIONS["atlas"].remove(slow)
 
 small = st.integers(-3, 20).map(str)
 huge = st.sampled_from([10**9, 10**12, 2**63, 10**40, -(10**12)]).map(str)
@@ -400,3 +403,72 @@ def test_hostile_endpoint_answers(sandbox, world, endpoint, monkeypatch, answer,
     check(["llm-bench", "--endpoint", endpoint.url, "--model-name", "m", "--formulation", "functions", "-n", "1",
            "--max-tries", "1", "--retries", retries, "--timeout", "0.3", "--store", "cases/llm",
            *(["--json"] if json_out else [])])
+
+
+# ------------------------------------------------------------------------------ outputs, atlas, bench (issue 47)
+
+OUTPUT_TARGETS = ["trained/depthlab.sqlite", "trained/depthlab.sqlite-wal", "trained/depthlab.sqlite-journal",
+                  f"trained/artifacts/{TRAINED}/checkpoint.safetensors", f"trained/artifacts/{TRAINED}",
+                  "trained/artifacts", "cases/db-link.csv", "cases/hard-link.csv", "cases/out.png",
+                  "cases/out", "/dev/null", "trained", "cases/out.csv"]
+OUTPUT_COMMANDS = {  # each with its output options; a store before, so the output is checked against it
+    "report": ["report", "--store", "trained", "--examples", "0", "--out"],
+    "runs": ["runs", "--store", "trained", "--format", "csv", "--out"],
+    "metrics": ["metrics", "--store", "trained", "--format", "json", "--out"],
+    "attention": ["attention", TRAINED, "--store", "trained", "--out"],
+    "export": ["export", TRAINED, "--store", "trained", "--out"],
+    "atlas": ["atlas", "--plan", "--store", "trained", "--out"],
+    "llm-bench --out": ["llm-bench", "--endpoint", "http://127.0.0.1:9/v1", "--model-name", "m", "--retries", "0",
+                        "--timeout", "0.5", "--formulation", "functions", "-n", "1", "--store", "cases/llm", "--out"],
+    "llm-bench --markdown": ["llm-bench", "--endpoint", "http://127.0.0.1:9/v1", "--model-name", "m", "--retries",
+                             "0", "--timeout", "0.5", "--formulation", "functions", "-n", "1", "--store", "cases/llm",
+                             "--markdown"],
+}
+FEWER = settings(FUZZ, max_examples=max(1, EXAMPLES // 5))  # the suite's time: each of these costs 0.25 s a case
+OUTPUTS = st.tuples(st.sampled_from(sorted(OUTPUT_COMMANDS)), st.sampled_from(OUTPUT_TARGETS), st.booleans())
+PROTECTED = [f"trained/artifacts/{TRAINED}/checkpoint.safetensors"]  # compared byte for byte
+
+
+def store_runs(world: Path) -> list[str]:
+    """The run ids of the store "trained", read as SQLite reads it (its bytes change when a reader of an earlier
+    case, closed late, checkpoints the WAL: the database is compared by what it holds)."""
+    with sqlite3.connect(f"{(world / 'trained' / 'depthlab.sqlite').as_uri()}?mode=ro", uri=True) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        return [row[0] for row in conn.execute("SELECT id FROM runs")]
+
+
+@given(OUTPUTS)
+@FEWER
+def test_every_output_option_against_what_the_command_reads_or_owns(sandbox, world, case):
+    """Every --out and --markdown, pointed at the store's database, its companions, a run's checkpoint and folder,
+    links to the database, a device or a fresh path: exit 0 or 2, the store still a sound database of its one
+    run and its checkpoint unchanged byte for byte (`report --out S/depthlab.sqlite` replaced the
+    database, exit 0)."""
+    command, target, json_out = case
+    sandbox()
+    for link, make in (("cases/db-link.csv", os.symlink), ("cases/hard-link.csv", os.link)):
+        if not os.path.lexists(world / link):
+            make(world / "trained" / "depthlab.sqlite", world / link)
+    before = {path: (world / path).read_bytes() for path in PROTECTED}
+    check([*OUTPUT_COMMANDS[command], target, *(["--json"] if json_out else [])])
+    assert {path: (world / path).read_bytes() for path in PROTECTED} == before, (command, target)
+    assert store_runs(world) == [TRAINED], (command, target)
+
+
+BENCH = st.one_of(
+    st.builds(lambda runs, extra: ["bench", "--runs", runs, "--seconds", "0.1", "--rounds", "1", *extra],
+              huge | st.sampled_from(["0", "-1", "1,0", "10001", "1," + "9" * 30, "", "a", "1,,2", "½", "nan", "1e309",
+                                      "0x10", "1.5"]),  # never a size that fits: that would run the benchmark
+              st.sampled_from([[], ["--json"], ["--ops"], ["--case", "x"]])),
+    command_args("atlas").map(lambda a: [*a, "--plan"]),
+    command_args("atlas").map(lambda a: [*a, "--finished-only", "--store", "missing"]),
+)
+
+
+@given(BENCH)
+@FEWER
+def test_bench_and_atlas(sandbox, args):
+    """bench with group sizes of every kind (sized before anything is built: --runs 1000000 allocated gigabytes)
+    and atlas's options, planned only or redrawn from a missing store (refused, as runs refuses it)."""
+    sandbox()
+    check(args)

@@ -23,7 +23,7 @@ import torch
 import yaml
 from safetensors.torch import save
 
-from conftest import run_depthlab
+from conftest import one_line_exit_2, run_depthlab
 from depthlab import plugins
 from depthlab.bounded import BoundError, json_depth, parse_yaml, read_file
 from depthlab.config import MAX_GRID_POINTS, apply_overrides, expand_sweep, parse_run
@@ -52,17 +52,6 @@ def registries_as_they_were():
     for registry, before in ((TASKS, tasks), (MODELS, models), (plugins.LOADED, loaded)):
         registry.clear()
         registry.update(before)
-
-
-def one_line_exit_2(result: tuple[int, str, str], *needles: str) -> str:
-    code, out, err = result
-    assert code == 2, (code, err)
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
-    assert out == ""
-    return lines[0]
 
 
 def run_config(seed: int = 0):

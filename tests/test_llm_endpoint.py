@@ -348,10 +348,10 @@ def test_helpers() -> None:
         chat_url("ftp://h")
     with pytest.raises(UserError, match="--api-key-env"):
         chat_url("http://user:secret@h/v1")
-    assert _retry_after({"Retry-After": "3"}) == 3.0
-    assert _retry_after({"retry-after-ms": "250"}) == 0.25
-    assert 8 <= _retry_after({"Retry-After": formatdate(time.time() + 10, usegmt=True)}) <= 10
-    assert _retry_after({}) is None
+    assert _retry_after({"Retry-After": "3"}) == (3.0, "Retry-After: 3")
+    assert _retry_after({"retry-after-ms": "250"}) == (0.25, "retry-after-ms: 250")
+    assert 8 <= _retry_after({"Retry-After": formatdate(time.time() + 10, usegmt=True)})[0] <= 10
+    assert _retry_after({}) == (None, "")
     assert match_answer(" **Berlin**.\n", ["Amsterdam", "Berlin"]) == "Berlin"
     assert match_answer("<think>maybe 2</think>3", ["2", "3"]) == "3"
     assert match_answer("The answer is 3", ["2", "3"]) is None

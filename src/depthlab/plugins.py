@@ -19,21 +19,20 @@ code runs. A plugin file's task classes are guarded (:func:`guard`): what ``samp
 checked before depthlab uses it (a Batch of the task's shapes, token ids in the vocabulary, targets among the
 labels), and anything they raise is a :class:`PluginError` naming the file, the task and the method, exit code 2.
 What a plugin prints (on import, or while its code runs, in any thread) goes to stderr, so ``--json`` stays one
-line. ``os._exit`` called by plugin code is refused with a PluginError (depthlab replaces ``os._exit`` with a
+line; a thread plugin code starts is a daemon (it cannot keep the command alive after its result). ``os._exit``
+called by plugin code is refused with a PluginError (depthlab replaces ``os._exit`` with a
 function that ends the process as before unless the calling thread is running plugin code); a plugin that ends
 the process another way (``posix._exit``, a signal, ctypes) cannot be stopped by any check inside the process.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import importlib.util
 import os
 import sys
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from importlib.metadata import entry_points
 from pathlib import Path
 from types import ModuleType
@@ -43,6 +42,13 @@ import numpy as np
 
 from .bounded import MAX_TEXT_BYTES, open_regular
 from .errors import UserError
+from .plugin_guards import (
+    PluginError,
+    PluginInterrupt,
+    install_guards,
+    running_plugin,
+    stdout_descriptor_to_stderr,
+)
 from .tasks import TASKS, Task
 from .tasks.base import Batch
 
@@ -56,110 +62,6 @@ LOADED: dict[Path, ModuleType] = {}  # plugin files loaded in this process, by a
 GUARDED = ("sample", "enumerate")  # the task methods whose output depthlab trains on
 CHECKED = ("vocab", "labels", "seq_len", "chance")  # the task properties checked each time depthlab reads them
 LOSSES = ("cross_entropy", "mse", "bce", "bce_balanced")  # what depthlab.training.objectives computes
-_RUNNING = threading.local()  # .label: the plugin code this thread is running (see running_plugin)
-_REAL_EXIT = os._exit
-_REAL_FORK = getattr(os, "fork", None)
-
-
-class PluginError(UserError, ValueError):
-    """Plugin code that failed or returned what a task may not: the message names the file, the task, the method."""
-
-
-class PluginInterrupt(KeyboardInterrupt):
-    """A KeyboardInterrupt raised while plugin code ran: still an interruption (exit 130), its message names the
-    plugin file, the task and the method (and :func:`interruption` gives it to the CLI, which Typer's exit code
-    130 leaves without the exception)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        _INTERRUPTED.append(message)
-
-
-_INTERRUPTED: list[str] = []
-
-
-def interruption() -> str | None:
-    """Where plugin code was interrupted (the last :class:`PluginInterrupt` since the last call), or None."""
-    last = _INTERRUPTED[-1] if _INTERRUPTED else None
-    _INTERRUPTED.clear()
-    return last
-
-
-def _exit_guard(code: int) -> None:
-    """``os._exit`` while plugins are loaded: refused in a thread running plugin code, the real one elsewhere."""
-    label = getattr(_RUNNING, "label", None)
-    if label is not None:
-        raise PluginError(f"{label}: called os._exit({code}), which would end depthlab without a word; raise an "
-                          f"exception instead")
-    _REAL_EXIT(code)
-
-
-class _PluginStdout:
-    """stdout while plugins are loaded: what a thread running plugin code writes goes to stderr instead (everything
-    else, ``isatty``, ``fileno``, ``buffer`` included, is the real stdout's)."""
-
-    def __init__(self, out: Any) -> None:
-        self.out = out
-
-    def write(self, text: str) -> int:
-        return (sys.stderr if getattr(_RUNNING, "label", None) else self.out).write(text)
-
-    def flush(self) -> None:
-        self.out.flush()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.out, name)
-
-
-def _fork_guard() -> int:
-    """``os.fork`` while plugins are loaded: refused in a thread running plugin code (a second depthlab process
-    would write a second answer to stdout), the real one elsewhere."""
-    label = getattr(_RUNNING, "label", None)
-    if label is not None:
-        raise PluginError(f"{label}: called os.fork(), which would run the rest of depthlab twice; start "
-                          f"processes with subprocess instead")
-    assert _REAL_FORK is not None
-    return _REAL_FORK()
-
-
-def _install_guards() -> None:
-    os._exit = _exit_guard
-    if _REAL_FORK is not None:
-        os.fork = _fork_guard
-    if not isinstance(sys.stdout, _PluginStdout) and sys.stdout is not None:
-        sys.stdout = _PluginStdout(sys.stdout)
-
-
-@contextlib.contextmanager
-def _stdout_descriptor_to_stderr() -> Iterator[None]:
-    """File descriptor 1 pointed at stderr while a plugin file is imported: what it writes with ``os.write(1, …)``
-    (past ``sys.stdout``) cannot reach ``--json``'s one line."""
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    try:
-        saved = os.dup(1)
-    except OSError:  # no stdout at all: nothing to protect
-        yield
-        return
-    try:
-        os.dup2(2, 1)
-        yield
-    finally:
-        os.dup2(saved, 1)
-        os.close(saved)
-
-
-@contextlib.contextmanager
-def running_plugin(label: str) -> Iterator[None]:
-    """Mark this thread as running the plugin code ``label`` names (its prints go to stderr, os._exit is refused)."""
-    outer = getattr(_RUNNING, "label", None)
-    _RUNNING.label = label
-    try:
-        yield
-    finally:
-        _RUNNING.label = outer
-
 
 def _one_line(error: BaseException) -> str:
     text = " ".join(str(error).split())
@@ -395,7 +297,10 @@ def batch_problem(task: Task, out: Any, asked: Any = None) -> str | None:
 def load_plugin_file(path: str | Path) -> list[str]:
     """Import the Python file ``path`` (once per process); returns the task (and model) names it registered."""
     label = f"--plugin {path}"
-    resolved = Path(path).expanduser().resolve()
+    try:
+        resolved = Path(path).expanduser().resolve()
+    except (RuntimeError, OSError) as e:  # a symlink loop, ~nosuchuser
+        raise UserError(f"{label}: cannot find the file ({e}); give the path of a .py file") from None
     if resolved in LOADED:
         return []
     if not resolved.exists():
@@ -414,9 +319,9 @@ def load_plugin_file(path: str | Path) -> list[str]:
         raise UserError(f"{label}: cannot be imported as a Python module")
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
-    _install_guards()
+    install_guards()
     try:
-        with running_plugin(label), _stdout_descriptor_to_stderr():
+        with running_plugin(label), stdout_descriptor_to_stderr():
             names = _registering(label, lambda: spec.loader.exec_module(module), resolved, module_name)
         if not names:
             raise UserError(f"{label}: defines no task; decorate a Task subclass with @register "

@@ -105,7 +105,7 @@ def attention_picture_cmd(run: RunArg, tokens: Annotated[str | None, typer.Optio
     from ..draw import attention, save
 
     vector = vector_format(format_)
-    check_output(out, "--out", suffixes=FIGURE_SUFFIXES)  # a folder, a device, another suffix: before any work
+    check_output(out, "--out", suffixes=FIGURE_SUFFIXES, store=store)  # a folder, a device, …: before any work
     db, loaded = open_run(store, run, readonly=out is not None)  # without --out, the figure is recorded in the store
     if not loaded.model.heads_per_layer:
         raise UserError(f"attention: run {loaded.id} is a {loaded.config.model.name} model, which has no attention")

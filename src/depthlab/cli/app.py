@@ -22,7 +22,8 @@ import typer
 
 from ..errors import UserError
 from ..memory import ENV as MEMORY_ENV
-from ..memory import parse_size
+from ..memory import memory_budget, parse_size
+from ..secrets import redact
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="depthlab: what sequence models can learn, at which depth, and how.")
@@ -75,8 +76,7 @@ def _internal_error(error: BaseException) -> str:
     line = f"internal error: {type(error).__name__}{': ' + what if what else ''}"
     try:
         with tempfile.NamedTemporaryFile("w", prefix="depthlab-error-", suffix=".txt", delete=False) as f:
-            f.write(f"depthlab {' '.join(sys.argv[1:])}\n\n")
-            traceback.print_exception(error, file=f)
+            f.write(redact(f"depthlab {' '.join(sys.argv[1:])}\n\n" + "".join(traceback.format_exception(error))))
     except OSError as e:
         return f"{line} (its traceback could not be written to {tempfile.gettempdir()}: {e.strerror})"
     return f"{line} (the traceback is in {f.name}; please report it with that file)"
@@ -133,6 +133,21 @@ class _GuardedStdout:
         return getattr(self._stream, name)
 
 
+class _RedactedStderr:
+    """stderr while a command runs: every write with the API key (``depthlab.secrets``) redacted, whoever writes
+    it (a library's warning, a plugin, rich's console)."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, data: str) -> int:
+        self._stream.write(redact(data))
+        return len(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 def _silence_stdout(failed: Any) -> None:
     """Point stdout at /dev/null: what the ``failed`` stream could not take must not fail again when Python flushes
     it at exit (the process's own stdout is redirected below Python too; any other stream is only replaced)."""
@@ -144,15 +159,20 @@ def _silence_stdout(failed: Any) -> None:
 
 def main() -> None:
     """``depthlab``: run the app inside the error boundary (module docstring)."""
-    from .common import OPENED, damage_notes
+    from .common import OPENED, damage_notes, sane_columns
 
     OPENED.clear()
+    sane_columns()  # again: $COLUMNS may have changed since common was imported (depthlab called in-process)
     if sys.stdout is None:  # started with stdout closed (`>&-`): results would be lost, or land in a file it opens
         print("error: stdout is closed; depthlab writes its results there: redirect it to a file or /dev/null",
               file=sys.stderr)
         raise SystemExit(2)
+    for stream in (sys.stdout, sys.stderr):  # an encoding without a character (PYTHONIOENCODING=ascii): escaped
+        with contextlib.suppress(AttributeError, ValueError):
+            stream.reconfigure(errors="backslashreplace")
     code: int | None
     stdout, sys.stdout = sys.stdout, _GuardedStdout(sys.stdout)
+    stderr, sys.stderr = sys.stderr, _RedactedStderr(sys.stderr)
     try:
         # Without standalone mode, Typer returns the exit code of a command that exits (Ctrl-C becomes 130).
         code = command().main(prog_name="depthlab", standalone_mode=False)
@@ -187,9 +207,10 @@ def main() -> None:
             code, line = 2, (f"out of GPU memory: {_one_line(str(e))[:200]}; ask for smaller sizes or fewer runs "
                              "at once (--group-size)")
         elif _out_of_cpu_memory(e):
+            unchecked = (" (with DEPTHLAB_MEMORY=off sizes are not checked before they are allocated)"
+                         if memory_budget()[0] is None else "")  # said only when it is off
             code, line = 2, (f"out of memory: {_one_line(str(e)).partition('DefaultCPUAllocator: ')[2][:160]}; ask "
-                             "for smaller sizes, or free memory (with DEPTHLAB_MEMORY=off sizes are not checked "
-                             "before they are allocated)")
+                             f"for smaller sizes, or free memory{unchecked}")
         elif blame(e):  # raised in a plugin's code: the plugin's error, not depthlab's
             code, line = 2, blame(e)
         else:
@@ -197,12 +218,13 @@ def main() -> None:
     else:
         line = None
     sys.stdout = stdout  # as it was before the guard (and any wrapper a plugin put around it)
+    sys.stderr = stderr
     for note in damage_notes():  # rows a store left out, named even when the command could work without them
-        print(f"warning: {note}", file=sys.stderr)
+        print(redact(f"warning: {note}"), file=sys.stderr)
     if line:
-        print(f"error: {line}", file=sys.stderr)
+        print(redact(f"error: {line}"), file=sys.stderr)
     if code == 130:
-        from ..plugins import interruption
+        from ..plugin_guards import interruption
 
         where = interruption()  # plugin code that raised KeyboardInterrupt: named
         print(f"interrupted{': ' if where else ''}{where or ''}", file=sys.stderr)

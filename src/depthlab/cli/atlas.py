@@ -69,7 +69,7 @@ def atlas(scale: Annotated[str, typer.Option(help="quick (about an hour of one C
     if plan_seconds is not None and not plan_only:
         raise UserError("--plan-seconds: only with --plan (depthlab atlas --plan --plan-seconds 120)")
     vector = vector_format(format_)
-    check_output(out, "--out", folder=True)  # before any training
+    check_output(out, "--out", folder=True, store=store)  # before any training
     plan = load_atlas(scale, tasks, families, with_device(set_, device, executor, workers))
     if plan_only:
         timing = None
@@ -82,7 +82,7 @@ def atlas(scale: Annotated[str, typer.Option(help="quick (about an hour of one C
         _show_plan(plan, json_out, timing)
         return
     threads = setup_threads()
-    db = open_store(store)
+    db = open_store(store, create=not finished_only)  # redrawing what is done: a mistyped store is an error
     if not json_out:
         studies = f"{len(plan.studies)} capability stud{'y' if len(plan.studies) == 1 else 'ies'}"
         console.print(f"[bold]depth atlas[/], scale {scale}: {studies}, at most {plan.most_runs} runs, {threads} "

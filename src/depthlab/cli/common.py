@@ -29,6 +29,18 @@ if TYPE_CHECKING:
     from ..analysis.runs import LoadedRun
     from ..store import Store
 
+MIN_COLUMNS = 20  # a terminal narrower than this (COLUMNS=0) made rich print nothing at all, exit 0
+
+
+def sane_columns() -> None:
+    """``$COLUMNS`` below :data:`MIN_COLUMNS` replaced by 80, the width of a pipe, for every console made after
+    (rich reads it when a console is made); ``$COLUMNS`` that is not a number rich ignores already."""
+    columns = os.environ.get("COLUMNS", "").strip()
+    if columns.isdigit() and int(columns) < MIN_COLUMNS:
+        os.environ["COLUMNS"] = "80"
+
+
+sane_columns()  # before the first console, here or in any command
 console = Console(stderr=True)  # progress and notes; results go to stdout
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON object to stdout and nothing else")]
@@ -87,14 +99,18 @@ OPENED: list[Store] = []  # the stores this command opened: what they left out i
 FIGURE_SUFFIXES = (".png", ".svg", ".pdf")  # what draw.save writes
 
 
-def check_output(path: Path | None, option: str, folder: bool = False, suffixes: tuple[str, ...] = ()) -> None:
+def check_output(path: Path | None, option: str, folder: bool = False, suffixes: tuple[str, ...] = (),
+                 store: Path | None = None, inputs: dict[str, Path | None] | None = None) -> None:
     """An output path checked before any work, so a command never trains for an hour and then fails to write:
     a file path that is a folder or a device (or a folder path that is a file), a suffix not in ``suffixes``, a
     folder above it that is a file or a dangling symlink, or one that cannot be written is a one-line UserError
-    naming ``option``. Nothing is created."""
+    naming ``option``; so is one that lands on what the command reads or owns (:func:`check_not_owned`).
+    Nothing is created."""
     if path is None:
         return
     from ..bounded import kind_of
+
+    check_not_owned(path, option, folder, store, inputs or {})
 
     wanted = "a folder" if folder else "a file"
     if path.exists():
@@ -112,6 +128,65 @@ def check_output(path: Path | None, option: str, folder: bool = False, suffixes:
     target = path if path.exists() else above
     if target is not None and not os.access(target if target.is_dir() else target.parent, os.W_OK):
         raise UserError(f"{option}: {path} cannot be written: permission denied in {target}")
+
+
+def check_not_owned(path: Path, option: str, folder: bool, store: Path | None,
+                    inputs: dict[str, Path | None]) -> None:
+    """A UserError when the output ``path`` is, or (a folder) lies inside, what the command reads or owns, compared
+    after every symlink is resolved (and by inode, so a hard link counts too): the store's database and its
+    ``-wal``, ``-shm`` and ``-journal`` files, its ``atlas/`` and ``reproduced/`` folders and its ``artifacts/``
+    folder and each run's folder in it (a run's sub-folders, where figures and exports go by default, are
+    allowed); the command's ``inputs`` (option name -> path); the running interpreter, its standard library,
+    its site-packages and every module it has loaded (depthlab's own source and the plugins among them).
+    ``store``: the ``--store`` given (None: ``$DEPTHLAB_STORE`` or ./depthlab-runs, where the command would
+    read)."""
+    from ..store import artifacts_folder, default_store_path
+    from ..store.layout import owned_paths
+
+    root = store if store is not None else default_store_path()
+    target = os.path.realpath(path)
+    artifacts = os.path.realpath(artifacts_folder(root))
+    inside = os.path.relpath(target, artifacts).split(os.sep)
+    if inside[0] != ".." and len(inside) < (2 if folder else 3):  # artifacts/RUN/SUB/… is a run's own output
+        raise UserError(f"{option}: {path} is inside the store's artifacts folder ({artifacts_folder(root)}), "
+                        f"where the runs' checkpoints live; give a path outside it (or in a run's sub-folder)")
+    protected = [entry for entry in owned_paths(root) if entry[0] != artifacts_folder(root)]
+    protected += [(p, f"{name} (an input of this command)", False) for name, p in inputs.items() if p is not None]
+    protected += _interpreter_paths()
+    for owned, what, tree in protected:
+        real = os.path.realpath(owned)
+        same = target == real or _same_file(target, real)
+        if same or ((tree or os.path.isdir(real)) and target.startswith(real.rstrip(os.sep) + os.sep)):
+            where = "is" if same else "is inside"
+            raise UserError(f"{option}: {path} {where} {what} ({owned}); an output never replaces what depthlab "
+                            f"reads or keeps: give another path")
+
+
+def _same_file(a: str, b: str) -> bool:
+    """Whether two existing paths are one file (a hard link is the same inode)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _interpreter_paths() -> list[tuple[Path, str, bool]]:
+    """The running interpreter's files as (path, words, whole folder): the executable, the standard library,
+    site-packages, depthlab's own source and every other loaded module's file (a plugin's among them)."""
+    import sysconfig
+
+    import depthlab
+
+    trees = {Path(sysconfig.get_path(name)) for name in ("stdlib", "platstdlib", "purelib", "platlib")}
+    trees.add(Path(depthlab.__file__).parent)
+    out = [(tree, "the running Python's libraries", True) for tree in sorted(trees)]
+    out.append((Path(sys.executable), "the running Python", False))
+    folders = tuple(str(tree) + os.sep for tree in trees)
+    for module in list(sys.modules.values()):
+        file = getattr(module, "__file__", None)
+        if isinstance(file, str) and not file.startswith(folders):
+            out.append((Path(file), f"the source of the loaded module {module.__name__}", False))
+    return out
 
 
 def open_store(path: Path | None, create: bool = True, readonly: bool = False) -> Store:

@@ -70,6 +70,7 @@ def induction(model: Annotated[str | None, typer.Option(
     from ..induction.tables import summary_tables
 
     vector = vector_format(format_)
+    check_output(out, "--out", folder=True, store=store, inputs={"--model": Path(model) if model else None})
     lm, folder, protocol = _load_model(model, run, store, device)
     try:
         token_range = default_token_range(lm.d_vocab) if tokens is None else parse_token_range(tokens, lm.d_vocab)
@@ -107,7 +108,7 @@ def export(run: Annotated[str, typer.Argument(help="run id (or unique prefix)")]
 
     if to != "transformerlens":
         raise UserError(f"--to: unknown format {to!r}; allowed: transformerlens")
-    check_output(out, "--out", folder=True)
+    check_output(out, "--out", folder=True, store=store)
     db, loaded = open_run(store, run)
     state, config = transformerlens_export(loaded.model, {"run": loaded.id, "step": loaded.step}, loaded.task)
     folder = out or db.artifact_path(loaded.id, "export", "transformerlens")

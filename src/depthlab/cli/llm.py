@@ -100,8 +100,8 @@ def llm_bench(
     from ..llm.bench import BenchConfig, parse_depths, run_bench
 
     vector = vector_format(format_)
-    check_output(out, "--out", suffixes=FIGURE_SUFFIXES)  # before any question is asked
-    check_output(markdown, "--markdown")
+    check_output(out, "--out", suffixes=FIGURE_SUFFIXES, store=store)  # before any question is asked
+    check_output(markdown, "--markdown", store=store, inputs={"--out": out})
     if model and endpoint:
         raise UserError("--model, --endpoint: give one (--model for a local model, --endpoint for a served one)")
     if not model and not endpoint:

@@ -30,7 +30,7 @@ def report(
     """Write one self-contained HTML report: capability heat map, training curves, attention maps, runs."""
     from ..report.html import build_report
 
-    check_output(out, "--out")
+    check_output(out, "--out", store=store)
     the_store = open_store(store, readonly=True)
     columns = [TextColumn("report"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("{task.description}")]

@@ -86,7 +86,7 @@ def reproduce(name: Annotated[str | None, typer.Argument(help="preset name, e.g.
         return
 
     vector = vector_format(format_)
-    check_output(out, "--out", folder=True)  # before any training
+    check_output(out, "--out", folder=True, store=store)  # before any training
     preset = load_preset(name, scale, with_device(set_, device, workers=workers))
     threads = setup_threads()
     db = open_store(store)
@@ -242,7 +242,7 @@ def capability(
 
     check_executor(executor, address)
     vector = vector_format(format_)
-    check_output(figure, "--figure", suffixes=FIGURE_SUFFIXES)  # before any training
+    check_output(figure, "--figure", suffixes=FIGURE_SUFFIXES, store=store)  # before any training
     overrides = cap.task_overrides(with_device(set_, device, executor, workers))
     base = apply_overrides(cap.default_base(task, model, recipe(CAPABILITY_RECIPE)), overrides)
     study = cap.Study(base, cap.parse_layers(layers), list(range(seeds)), cap.parse_target(target),
@@ -278,7 +278,7 @@ def bench(runs: Annotated[str | None, typer.Option(help="group sizes to measure,
           json_out: JsonOpt = False) -> None:
     """Measure the batched engine against a plain loop and the machine's peak, or count the operations of its
     training step with --ops (see benchmarks/)."""
-    from ..training.throughput import CASES, run_benchmark
+    from ..training.throughput import CASES, check_sizes, run_benchmark
 
     known = [c.name for c in CASES]
     for name in case or []:
@@ -291,6 +291,7 @@ def bench(runs: Annotated[str | None, typer.Option(help="group sizes to measure,
         raise UserError(f"--runs: expected comma-separated integers, e.g. 1,4,16 (got {runs!r})") from None
     if not counts or min(counts) < 1:
         raise UserError(f"--runs: group sizes must be positive integers (got {runs!r})")
+    check_sizes(counts, case, device)  # before a config is built: --runs 1000000 allocated gigabytes
     threads = setup_threads()
     if ops:
         _bench_ops(counts, case, device, json_out)

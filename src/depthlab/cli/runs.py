@@ -332,7 +332,7 @@ def runs(store: StoreOpt = None, status: Annotated[str | None, typer.Option(help
     config fields and final metrics as a table."""
     from ..cells import list_fields
 
-    check_output(out, "--out")
+    check_output(out, "--out", store=store)
     db = open_store(store, readonly=True)
     _check_filters(db, status, task)
     if fmt is not None:
@@ -367,7 +367,7 @@ def metrics(run: Annotated[list[str] | None, typer.Argument(help="run ids or uni
     """Every metrics row of the runs (run_id, step, split, metric, value): the table depthlab.Store.metrics gives."""
     from ..api.tables import METRIC_COLUMNS, metrics_frame
 
-    check_output(out, "--out")
+    check_output(out, "--out", store=store)
     db = open_store(store, readonly=True)
     rows = db.iter_metric_rows([db.resolve(r) for r in run] if run else None)
     if json_out:

@@ -13,6 +13,8 @@ the target's logit and the best other logit (> 0 on every example iff accuracy i
 
 from __future__ import annotations
 
+import contextlib
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,6 +27,7 @@ from ..errors import UserError
 
 EXHAUSTIVE_LIMIT = 400_000
 EVAL_CHUNK = 8192
+MIN_GAMMA = 1e-6  # the nearest-neighbour margin: below it η = log(18N)/γ runs toward float32's overflow
 
 
 @dataclass(frozen=True)
@@ -290,6 +293,9 @@ def _nearest_neighbor(p: dict[str, Any]) -> dict[str, Any]:
     if p["N"] < 2 or p["N"] % 2 or p["d"] < 2 or p["k"] < 0 or not 0 < p["gamma"] < 1:
         raise UserError(f"N, d, gamma, k: need N even ≥ 2, d ≥ 2, 0 < gamma < 1, k ≥ 0 (got N={p['N']}, "
                         f"d={p['d']}, gamma={p['gamma']}, k={p['k']})")
+    if p["gamma"] < MIN_GAMMA:
+        raise UserError(f"gamma: at least {MIN_GAMMA:g} (got {p['gamma']:g}): the construction's scale "
+                        f"η = log(18N)/γ grows as 1/γ and overflows float32 near γ = 1e-36")
     build = (lambda: smallest_nearest_neighbor_width(p["N"], p["d"], p["gamma"], p["seed"])["k"],
              lambda k: nearest_neighbor_model(p["N"], k, p["d"], p["gamma"], p["seed"]))
     return _certified_result("seed003-nearest-neighbor", p, build, certify_nearest_neighbor,
@@ -386,13 +392,21 @@ def resolve(name: str, overrides: dict[str, Any]) -> dict[str, Any]:
             if not isinstance(value, int) or isinstance(value, bool):
                 raise UserError(f"{key}: must be an integer (got {value!r})")
         elif isinstance(default, float):
-            if not isinstance(value, int | float) or isinstance(value, bool):
-                raise UserError(f"{key}: must be a number (got {value!r})")
-            value = float(value)
+            value = _number(key, value)
         elif isinstance(default, str) and not isinstance(value, str):
             raise UserError(f"{key}: must be a string (got {value!r})")
         params[key] = value
     return params
+
+
+def _number(key: str, value: object) -> float:
+    """``value`` as a finite float: YAML 1.1 reads ``1e-308`` (no dot) as text, which is still a number here."""
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            value = float(value)
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+        raise UserError(f"{key}: must be a finite number such as 0.5 or 1e-3 (got {value!r})")
+    return float(value)
 
 
 def run(name: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:

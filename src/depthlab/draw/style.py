@@ -15,7 +15,7 @@ import io
 import math
 import textwrap
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -133,5 +133,11 @@ def save(fig: Figure, path: str | Path, vector: str | None = None) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     for target in dict.fromkeys([path, *([path.with_suffix(f".{vector}")] if vector else [])]):
-        fig.savefig(target, bbox_inches="tight")
+        try:
+            fig.savefig(target, bbox_inches="tight")
+        except OSError as e:  # a full disk: the writer's error names no file; the partial file is removed
+            with suppress(OSError):
+                if target.is_file() and not target.is_symlink():  # never a device or a link's target
+                    target.unlink()
+            raise OSError(e.errno, e.strerror or str(e), str(target)) from None
     return path

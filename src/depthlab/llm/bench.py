@@ -57,6 +57,7 @@ from depthlab.llm.prompts import (
 )
 from depthlab.llm.runners import EndpointError, Reply, Request, Runner
 from depthlab.memory import require_memory
+from depthlab.secrets import redact
 
 TASK = "llm-bench"
 DEFAULT_N = 500
@@ -246,8 +247,8 @@ def ask(runner: Runner, items: list[tuple[str, Prompt]], config: BenchConfig) ->
             "flagged": answer is None and error is None,
             "verdict": "failed" if error else "correct" if answer == p.correct else "wrong",
         }
-        if error is not None:  # the message is one line, redacted by the runner: no key in it
-            records[key]["error"] = {"status": error.status, "message": str(error)}
+        if error is not None:  # one line, with no key in it in any form
+            records[key]["error"] = {"status": error.status, "message": redact(str(error))}
     return records
 
 
@@ -349,8 +350,7 @@ def run_bench(
         raise
     except Exception as e:
         message = str(e).splitlines()[0] if str(e) else type(e).__name__
-        redact = getattr(runner, "redact", None)
-        store.set_status(rid, "failed", step=len(done), error=redact(message) if redact else message)
+        store.set_status(rid, "failed", step=len(done), error=redact(message))  # no key reaches the store
         raise
     summary = summarize(done, config)
     if out is not None:

@@ -13,8 +13,9 @@ as an API samples by default), seeded per batch with ``torch.manual_seed`` (exac
 
 :class:`EndpointRunner` posts to ``<base URL>/chat/completions`` with ``httpx`` (one pooled client shared by its
 threads; proxies from the environment as usual). The API key is read from the environment variable whose *name*
-is given (default ``OPENAI_API_KEY``); it is sent in the ``Authorization`` header and is never part of
-:meth:`EndpointRunner.describe`, ``repr`` or an exception message (any text that would carry it is redacted).
+is given (default ``OPENAI_API_KEY``); it is checked first (printable ASCII without spaces: a line break in it
+would otherwise be refused by h11 in a message that quotes it), sent in the ``Authorization`` header and never
+part of :meth:`EndpointRunner.describe`, ``repr`` or a message (``depthlab.secrets`` redacts it in every form).
 An answer is read as untrusted input: at most :data:`MAX_BODY_BYTES` of it (counted while it streams in, and
 asked for uncompressed, so a small compressed answer cannot unpack into gigabytes), nesting at most 64 levels
 (``depthlab.bounded``), and the whole request (connecting, the headers, the body) within ``timeout`` seconds: a
@@ -22,7 +23,8 @@ server that trickles its answer has its connection shut at the deadline (each re
 so the deadline can close it). 429, 5xx, connection errors, timeouts and malformed answers are retried up to
 ``retries`` times
 with exponential backoff and jitter, waiting what a ``Retry-After`` (or ``retry-after-ms``) header asks for when
-there is one; any other answer that is not 200 fails the request at once with :class:`RequestRefused` (its
+there is one and it fits the request's deadline (``timeout``; a longer or endless wait fails the request, naming the
+header); any other answer that is not 200 fails the request at once with :class:`RequestRefused` (its
 ``status`` says which, so a caller can tell a question the server refuses from a server that is down); at most
 ``concurrency`` requests are in flight (a thread pool). The retry loop is ours, not the client's, because the
 protocol counts each question's HTTP attempts.
@@ -34,6 +36,7 @@ import contextlib
 import email.utils
 import functools
 import json
+import math
 import os
 import random
 import socket
@@ -47,10 +50,12 @@ from typing import Any, Protocol
 
 from depthlab.bounded import BoundError, parse_json
 from depthlab.errors import UserError
+from depthlab.secrets import check_key, redact, register
 
 DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
 DEFAULT_LOCAL_MAX_NEW_TOKENS = 16
-MAX_RETRY_AFTER_S = 300.0
+MAX_RETRY_AFTER_S = 300.0  # the longest wait a Retry-After may ask for, whatever --timeout is
+MAX_TIMEOUT_S = 3600.0  # --timeout at most: a request of an hour is a server that will not answer
 MAX_BODY_BYTES = 4 << 20  # an answer of a few hundred tokens is a few KB
 RETRYABLE = frozenset({429, *range(500, 600)})
 _sleep = time.sleep  # the wait between retries (tests replace it)
@@ -249,25 +254,32 @@ def chat_url(base_url: str) -> str:
     return urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
 
 
-def _retry_after(headers: Any) -> float | None:
+def _retry_after(headers: Any) -> tuple[float | None, str]:
+    """The wait a 429/5xx answer asks for, in seconds, and the header that asked: ``retry-after-ms``, else
+    ``Retry-After`` in seconds or as an HTTP date; (None, "") when it asks for none that can be read. A value that
+    is not finite (``inf``, ``nan``) is returned as such: :meth:`EndpointRunner._delay` refuses it."""
     if headers is None:
-        return None
-    ms = headers.get("retry-after-ms")
-    if ms is not None:
-        with contextlib.suppress(ValueError):
-            return max(0.0, float(ms) / 1000.0)
-    value = headers.get("Retry-After")
+        return None, ""
+    ms, value = headers.get("retry-after-ms"), headers.get("Retry-After")
+    with contextlib.suppress(ValueError):
+        if ms is not None:
+            return _not_negative(float(ms) / 1000.0), f"retry-after-ms: {ms.strip()[:40]}"
     if value is None:
-        return None
+        return None, ""
+    shown = f"Retry-After: {value.strip()[:40]}"
     try:
-        return max(0.0, float(value))
+        return _not_negative(float(value)), shown
     except ValueError:
         pass
     try:
         when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
+    except (TypeError, ValueError, OverflowError):
+        return None, ""
+    return max(0.0, when.timestamp() - time.time()), shown
+
+
+def _not_negative(seconds: float) -> float:
+    return seconds if math.isnan(seconds) else max(0.0, seconds)
 
 
 @functools.cache
@@ -298,8 +310,9 @@ class EndpointRunner:
             raise UserError("--model-name: required with --endpoint (the model the server should answer with)")
         if concurrency < 1:
             raise UserError(f"--concurrency: must be at least 1 (got {concurrency})")
-        if timeout <= 0:
-            raise UserError(f"--timeout: must be a positive number of seconds (got {timeout})")
+        if not 0 < timeout <= MAX_TIMEOUT_S:  # also refuses nan; inf killed the deadline's timer thread
+            raise UserError(f"--timeout: must be a number of seconds above 0 and at most {MAX_TIMEOUT_S:,.0f} "
+                            f"(got {timeout})")
         if retries < 0:
             raise UserError(f"--retries: must be 0 or more (got {retries})")
         if not api_key_env or "=" in api_key_env:
@@ -314,7 +327,11 @@ class EndpointRunner:
         self.backoff = float(backoff)
         self.max_backoff = float(max_backoff)
         key = os.environ.get(api_key_env, "").strip()
-        self._secret = key or None
+        try:
+            check_key(key, f"${api_key_env}")
+        except ValueError as e:
+            raise UserError(str(e)) from None
+        register(key)  # from here on, every message depthlab writes has it redacted, in any form
         self._headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if key:
             self._headers["Authorization"] = f"Bearer {key}"
@@ -343,10 +360,10 @@ class EndpointRunner:
             "max_new_tokens": self.max_new_tokens,
         }
 
-    def redact(self, text: str) -> str:
-        if self._secret:
-            text = text.replace(self._secret, "***")
-        return text
+    @staticmethod
+    def redact(text: str) -> str:
+        """``text`` with the API key, in any form (``depthlab.secrets``), replaced by ``***``."""
+        return redact(text)
 
     def _payload(self, request: Request) -> bytes:
         body: dict[str, Any] = {
@@ -410,9 +427,16 @@ class EndpointRunner:
             raise ValueError("content is not text")
         return content
 
-    def _delay(self, attempt: int, retry_after: float | None) -> float:
+    def _delay(self, attempt: int, retry_after: float | None, header: str) -> float:
+        """The wait before the next attempt: what the server asked for, if it fits the request's deadline
+        (``--timeout``, at most MAX_RETRY_AFTER_S; a longer, endless or unreadable wait is refused naming the
+        header, never slept), else exponential backoff with jitter."""
         if retry_after is not None:
-            return min(retry_after, MAX_RETRY_AFTER_S)
+            limit = min(self.timeout, MAX_RETRY_AFTER_S)
+            if not retry_after <= limit:
+                raise EndpointError(f"{self.url} asks to wait before a retry ({header}), longer than the "
+                                    f"{limit:g} s --timeout allows; rerun later, or raise --timeout")
+            return retry_after
         base = min(self.max_backoff, self.backoff * (2**attempt))
         return base * (0.5 + 0.5 * random.random())  # exponential backoff with jitter
 
@@ -422,6 +446,7 @@ class EndpointRunner:
         attempt = 0
         while True:
             retry_after: float | None = None
+            header = ""
             with self._lock:
                 self.http_requests += 1
             try:
@@ -433,12 +458,13 @@ class EndpointRunner:
             else:
                 if status == 200:
                     try:
-                        return Reply(self._content(body), attempts=attempt + 1)
+                        # a server echoing the key back does not get it into the store
+                        return Reply(redact(self._content(body)), attempts=attempt + 1)
                     except (ValueError, KeyError, IndexError, TypeError, AttributeError, UnicodeDecodeError) as e:
                         why = f" ({e.detail})" if isinstance(e, BoundError) else ""
                         problem = f"malformed chat-completions answer from {self.url}{why}"
                 elif status in RETRYABLE:
-                    retry_after = _retry_after(headers)
+                    retry_after, header = _retry_after(headers)
                     problem = f"{self.url} answered HTTP {status}"
                 else:
                     excerpt = " ".join(body[:300].decode("utf-8", "replace").split())
@@ -450,7 +476,7 @@ class EndpointRunner:
                 )
             with self._lock:
                 self.http_retries += 1
-            _sleep(self._delay(attempt, retry_after))
+            _sleep(self._delay(attempt, retry_after, header))
             attempt += 1
 
     def generate(self, requests: list[Request]) -> list[Reply]:

@@ -15,9 +15,8 @@ from typing import Any
 from depthlab.bounded import MAX_JSON_BYTES, BoundError, parse_json, read_file
 from depthlab.store.errors import StoreError
 from depthlab.store.files import atomic_write_json
-from depthlab.store.layout import check_run_id
+from depthlab.store.layout import ATLAS_DIR, check_run_id
 
-ATLAS_DIR = "atlas"
 THEORY = "theory.json"
 
 

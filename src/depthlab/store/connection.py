@@ -11,8 +11,11 @@ import sqlite3
 import time
 from pathlib import Path
 
-from depthlab.store.errors import BUSY_TIMEOUT_S
+from depthlab.store.errors import BUSY_TIMEOUT_S, MAX_STATEMENT_S
 from depthlab.store.schema import check_existing, ensure_schema, read_version
+
+MAX_VALUE_BYTES = 64 << 20  # one text or blob a read returns: a config or a record is a few KB
+PROGRESS_OPS = 100_000  # SQLite virtual-machine steps between two looks at the clock (about a millisecond)
 
 
 def open_database(db_path: Path, mode: str = "create") -> sqlite3.Connection:
@@ -22,10 +25,11 @@ def open_database(db_path: Path, mode: str = "create") -> sqlite3.Connection:
     ``mode``: ``create`` makes the database with its schema where there is none (and adds tables added since);
     ``existing`` opens a store that must already be one, changing nothing of its schema; ``read`` opens it
     read-only (SQLite's ``mode=ro``: the file is never written; SQLite may still create its ``-wal`` and
-    ``-shm`` companions to read a store in WAL mode)."""
+    ``-shm`` companions to read a store in WAL mode) and bounded (:func:`_bound`)."""
     if mode == "read":
         conn = sqlite3.connect(f"{db_path.absolute().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S,
                                check_same_thread=False)
+        _bound(conn)
     else:
         conn = sqlite3.connect(db_path, timeout=BUSY_TIMEOUT_S, isolation_level="IMMEDIATE", check_same_thread=False)
     try:
@@ -43,6 +47,18 @@ def open_database(db_path: Path, mode: str = "create") -> sqlite3.Connection:
         conn.close()
         raise
     return conn
+
+
+def _bound(conn: sqlite3.Connection) -> None:
+    """SQLite's own limits on what a read may cost: a text or blob of at most :data:`MAX_VALUE_BYTES`, a schema
+    that is not trusted (its views and triggers may not call functions with side effects), and each
+    statement stopped (``interrupted``: a StoreError) once it has run :data:`MAX_STATEMENT_S` seconds, by a
+    progress handler timed from the statement's start (the trace callback marks it)."""
+    conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
+    conn.execute("PRAGMA trusted_schema = OFF")  # SQLite's advice for a file from elsewhere: no functions in views
+    started = [time.monotonic()]
+    conn.set_trace_callback(lambda _sql: started.__setitem__(0, time.monotonic()))
+    conn.set_progress_handler(lambda: time.monotonic() - started[0] > MAX_STATEMENT_S, PROGRESS_OPS)
 
 
 def _enable_wal(conn: sqlite3.Connection) -> None:

@@ -3,6 +3,7 @@
     <root>/depthlab.sqlite      runs, metrics, records and the artifact index
     <root>/artifacts/<run_id>/  files written by a run (checkpoints, probes, plots)
     <root>/reproduced/          one manifest per preset and scale ``depthlab reproduce`` ran (``.reproduced``)
+    <root>/atlas/               what ``depthlab atlas`` keeps besides its runs (``.atlas``)
     <root>/figures/             the figures ``depthlab reproduce`` and ``capability`` draw (by default)
 """
 
@@ -17,7 +18,10 @@ from depthlab.bounded import kind_of
 from depthlab.store.errors import StoreError
 
 DB_NAME = "depthlab.sqlite"
+DB_COMPANIONS = ("-wal", "-shm", "-journal")  # the files SQLite keeps beside a database while it is in use
 ARTIFACTS_DIR = "artifacts"
+REPRODUCED_DIR = "reproduced"
+ATLAS_DIR = "atlas"
 ENV_VAR = "DEPTHLAB_STORE"
 DEFAULT_DIR = "depthlab-runs"
 
@@ -28,8 +32,18 @@ def default_store_path() -> Path:
     """The store root when the caller names none: ``$DEPTHLAB_STORE`` if set, else ``./depthlab-runs``."""
     env = os.environ.get(ENV_VAR, "").strip()
     if env:
-        return Path(env).expanduser().absolute()
+        return expand_user(env, f"${ENV_VAR}").absolute()
     return Path(DEFAULT_DIR).absolute()
+
+
+def expand_user(path: str | Path, source: str) -> Path:
+    """``path`` with a leading ``~`` or ``~NAME`` expanded; a StoreError naming ``source`` when there is no such
+    home folder (Python raises RuntimeError for ``~nosuchuser``)."""
+    try:
+        return Path(path).expanduser()
+    except RuntimeError:
+        raise StoreError(f"{source}: {path}: no home folder for {str(path).split(os.sep)[0]!r} on this machine "
+                         f"(~NAME is a user's home folder); give the store's path") from None
 
 
 def database_path(root: str | Path) -> Path:
@@ -40,6 +54,19 @@ def database_path(root: str | Path) -> Path:
 def artifacts_folder(root: str | Path) -> Path:
     """The folder that holds one sub-folder of artifact files per run, in the store rooted at ``root``."""
     return Path(root) / ARTIFACTS_DIR
+
+
+def owned_paths(root: str | Path) -> list[tuple[Path, str, bool]]:
+    """What the store rooted at ``root`` owns, as (path, its name in words, a folder whose every file is the
+    store's): the database and its SQLite companions, then ``artifacts/``, ``reproduced/`` and ``atlas/``. No
+    command may write an output over any of them."""
+    db = database_path(root)
+    return [(db, "the store's database", False),
+            *[(db.with_name(db.name + suffix), f"the store's database's {suffix[1:]} file", False)
+              for suffix in DB_COMPANIONS],
+            (artifacts_folder(root), "the store's artifacts folder", True),
+            (Path(root) / REPRODUCED_DIR, "the store's reproduced folder", True),
+            (Path(root) / ATLAS_DIR, "the store's atlas folder", True)]
 
 
 def is_valid_run_id(run_id: Any) -> bool:

@@ -15,9 +15,7 @@ from typing import Any
 from depthlab.bounded import MAX_JSON_BYTES, BoundError, parse_json, read_file
 from depthlab.store.errors import StoreError
 from depthlab.store.files import atomic_write_json
-from depthlab.store.layout import check_run_id
-
-REPRODUCED_DIR = "reproduced"
+from depthlab.store.layout import REPRODUCED_DIR, check_run_id
 
 
 def reproduced_folder(root: str | Path) -> Path:

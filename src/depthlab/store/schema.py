@@ -4,7 +4,7 @@ The version lives in SQLite's ``user_version``. A store of a version this depthl
 :data:`SCHEMA_VERSION`, or negative: no depthlab writes one) is refused (an older depthlab must not write to it);
 tables added since version 1 was released are created where missing, additively, so the version stays 1. A
 store opened only to be read (:func:`check_existing`) is never created, migrated or rewritten: it must already be
-a store of this version, with its ``runs`` table.
+a store of this version, with its ``runs`` table, and none of depthlab's table names taken by a view.
 """
 
 from __future__ import annotations
@@ -87,6 +87,12 @@ def check_existing(conn: sqlite3.Connection, db_path: Path, version: int) -> set
     """The tables of an existing store opened without creating or migrating it (a StoreError unless it is a
     depthlab store of this version with its ``runs`` table)."""
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    impostors = sorted(conn.execute(f"SELECT type, name FROM sqlite_master WHERE type != 'table' AND name IN "
+                                    f"({', '.join('?' * len(TABLES))})", sorted(TABLES)))
+    if impostors:  # a view named `metrics` (an endless recursive one hung every read): not depthlab's data
+        kind, name = impostors[0]
+        raise StoreError(f"store {db_path}: {name} is a {kind}, not the table depthlab writes (the file was edited); "
+                         f"depthlab reads only its own tables (pass another --store path)")
     if version != SCHEMA_VERSION or "runs" not in tables:
         size = db_path.stat().st_size if db_path.exists() else 0
         what = "is empty (0 bytes)" if not size else f"has schema version {version} and tables {sorted(tables)[:4]}"

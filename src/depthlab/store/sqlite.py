@@ -32,7 +32,14 @@ from depthlab.store.connection import open_database
 from depthlab.store.errors import StoreError, database_failure
 from depthlab.store.files import ensure_folder
 from depthlab.store.jsonable import to_json
-from depthlab.store.layout import artifacts_folder, check_run_id, check_store_path, database_path, is_valid_run_id
+from depthlab.store.layout import (
+    artifacts_folder,
+    check_run_id,
+    check_store_path,
+    database_path,
+    expand_user,
+    is_valid_run_id,
+)
 from depthlab.store.metrics import IN_CHUNK, StoreMetrics
 from depthlab.store.rows import STATUSES, DamagedRow, artifact_path, config_value, json_value, run_row
 
@@ -70,7 +77,7 @@ class Store(StoreMetrics):
 
     def __init__(self, root: str | Path, create: bool = True, readonly: bool = False,
                  source: str = "--store") -> None:
-        self._attach(Path(root).expanduser().absolute(), "read" if readonly else "create" if create else "existing",
+        self._attach(expand_user(root, source).absolute(), "read" if readonly else "create" if create else "existing",
                      source)
         check_store_path(self.root, self.source)
         if self.mode != "create" and not self.db_path.is_file():

@@ -64,6 +64,8 @@ LOCAL_INSTANCE_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # Linux too: bi
 # busy processes took 150 s instead of 25 s on a 2-core machine). Read by the raylet when the instance starts.
 LOCAL_WORKER_NICENESS = {"RAY_worker_niceness": "0"}
 _ACTOR_RETRIES = -1  # the store writer's calls are idempotent: retry them as long as Ray can
+WORKER_START_S = 60.0  # the store writer, the first worker, answers within this (seconds on a quiet machine)
+OBJECT_STORE_ENV = "DEPTHLAB_RAY_OBJECT_STORE"  # a local instance's object store size: 512MiB, 2GiB
 
 
 def _require_ray() -> None:
@@ -137,8 +139,39 @@ def connect(address: str | None = None, local_cpus: int | None = None) -> bool:
     else:
         for variable, value in LOCAL_WORKER_NICENESS.items():
             os.environ.setdefault(variable, value)
-        ray.init(num_cpus=local_cpus or _available_cpus(), include_dashboard=False, **options)
+        ray.init(num_cpus=local_cpus or _available_cpus(), include_dashboard=False, **options,
+                 **_object_store())
     return True
+
+
+def _object_store() -> dict[str, int]:
+    """``object_store_memory`` for a local instance from ``$DEPTHLAB_RAY_OBJECT_STORE`` (else Ray's default)."""
+    from ..memory import parse_size
+
+    text = os.environ.get(OBJECT_STORE_ENV, "").strip()
+    if not text:
+        return {}
+    try:
+        size = parse_size(text)
+    except ValueError as e:
+        raise UserError(f"${OBJECT_STORE_ENV}: {e}") from None
+    if size is None:
+        raise UserError(f"${OBJECT_STORE_ENV}: a size such as 512MiB or 2GiB (got {text!r})")
+    return {"object_store_memory": size}
+
+
+def _wait_for_worker(ray: Any, writer: Any, address: str | None) -> None:
+    """The store writer answering, or a UserError naming why no worker starts: a worker that cannot map its
+    object store (too little shared memory, an address-space limit such as ``ulimit -v``) never starts, and Ray
+    waits for it without a word."""
+    try:
+        ray.get(writer.is_stopping.remote(), timeout=WORKER_START_S)
+    except ray.exceptions.GetTimeoutError:
+        fix = (f"set {OBJECT_STORE_ENV}=512MiB (the local instance's object store size)" if not address else
+               "start the cluster's nodes with a smaller `ray start --object-store-memory`")
+        raise UserError(f"--executor ray: no Ray worker started within {WORKER_START_S:.0f} s; a worker that cannot "
+                        f"map its object store memory (shared memory too small, or an address-space limit such as "
+                        f"`ulimit -v`) never starts: {fix}") from None
 
 
 def _address(address: str | None) -> str | None:
@@ -238,6 +271,7 @@ def run_ray(configs: list[RunConfig], store: Store, group_size: int | None = Non
             for c in group:
                 store.create_run(c.to_dict(), c.task.name, c.model.name)
         writer = _start_writer(ray, store.root)
+        _wait_for_worker(ray, writer, address)
         options: dict[str, Any] = {"num_cpus": resources.cpus, "num_gpus": resources.gpus,
                                    "max_retries": max_retries, "retry_exceptions": False}
         if resources.memory_gb:

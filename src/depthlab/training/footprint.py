@@ -84,9 +84,14 @@ def footprint(config: RunConfig) -> Footprint:
 
 def check_group(configs: list[RunConfig]) -> None:
     """ResourceError when the group of ``configs`` (runs of equal shapes) needs more memory than the budget."""
-    if not configs:
-        return
-    config, runs = configs[0], len(configs)
+    if configs:
+        check_runs(configs[0], len(configs))
+
+
+def check_runs(config: RunConfig, runs: int, fix: str | None = None) -> None:
+    """ResourceError when ``runs`` runs shaped as ``config``, trained as one group, need more memory than the
+    budget; checked from the one config, before the others are built. ``fix``: what to lower (default: the
+    task's or model's sizes, or the group's size)."""
     fp = footprint(config)
     need = fp.total(runs)
     budget, _ = memory_budget()
@@ -95,9 +100,12 @@ def check_group(configs: list[RunConfig]) -> None:
     parts = {k: v * runs for k, v in fp.per_run.items()} | fp.shared
     detail = ", ".join(f"{k} {format_bytes(v)}" for k, v in parts.items() if v >= 1 << 20)
     fits = fp.runs_that_fit(budget)
-    fix = "lower the task's or the model's sizes (or train.batch_size)"
-    if 1 <= fits < runs:
-        fix += f", or train at most {fits} runs at once (--group-size {fits})"
+    if fix is None:
+        fix = "lower the task's or the model's sizes (or train.batch_size)"
+        if 1 <= fits < runs:
+            fix += f", or train at most {fits} runs at once (--group-size {fits})"
+    elif 1 <= fits < runs:
+        fix += f" (at most {fits} fit)"
     group = f"a group of {runs} runs" if runs > 1 else "a run"
     require_memory(need, f"memory: {group} of {config.task.name} with {config.model.name}", fix, detail)
 

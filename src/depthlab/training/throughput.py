@@ -170,6 +170,22 @@ def engine(configs: list[RunConfig], min_seconds: float) -> tuple[float, float]:
     return examples / seconds, group.data_seconds / seconds
 
 
+def check_sizes(run_counts: list[int], cases: list[str] | None = None, device: str = "cpu") -> None:
+    """Before anything is allocated, as a sweep is checked: at most ``MAX_GRID_POINTS`` runs in a group, and the
+    largest group of every case within the memory budget (``training.footprint``); a UserError naming --runs."""
+    from ..config import MAX_GRID_POINTS
+    from ..errors import UserError
+    from .footprint import check_runs
+
+    largest = max(run_counts)
+    if largest > MAX_GRID_POINTS:
+        raise UserError(f"--runs: group sizes of at most {MAX_GRID_POINTS:,} runs, as a sweep may hold (got "
+                        f"{largest:,})")
+    for case in CASES:
+        if cases is None or case.name in cases:
+            check_runs(bench_configs(case, 1, "fp32", device)[0], largest, fix="lower --runs")
+
+
 def run_benchmark(run_counts: list[int], cases: list[str] | None = None, min_seconds: float = 1.0,
                   progress=None, rounds: int = 3, device: str = "cpu") -> dict[str, Any]:
     """Every case at every group size, ``rounds`` times interleaved (plain loop, then each group size), each
