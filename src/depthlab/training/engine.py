@@ -88,7 +88,8 @@ class Group:
         self.names = [name for name, _ in self.model.named_parameters()]
         self.opt = GroupOptimizer(list(self.model.parameters()), [c.train.lr for c, _ in configs], t.optimizer,
                                   t.momentum, t.weight_decay, t.betas, grad_clip=t.grad_clip,
-                                  warmup_steps=t.warmup_steps)
+                                  warmup_steps=t.warmup_steps, schedule=t.schedule, total_steps=t.steps,
+                                  lr_min=t.lr_min)
         self.runs = [_Run(c, i, store.artifact_path(i, "checkpoint", WEIGHTS).parent) for c, i in configs]
         self.evaluation, self.exhaustive = eval_set(task)
         order = np.random.default_rng(EVAL_SEED).permutation(len(self.evaluation))
