@@ -192,24 +192,35 @@ def _common(a: str, b: str) -> int:
 
 def _show_runs(rows: list[dict[str, Any]], every: list[str]) -> None:
     """The runs as a table that fits 80 columns: ids by a unique prefix, the settings that vary as columns, and
-    each finished run's final accuracy, or its final loss where its task has no accuracy (a regression task's)."""
+    each finished run's final accuracy, or its final loss where its task has no accuracy (a regression task's);
+    beside it the best log-point accuracy, and † where the run learned and then lost it (the caption says when)."""
+    from ..analysis.capability import LOST_MARK
     from ..cells import short_names, value_text
 
     fields = list(rows[0]["settings"]) if rows else []
     names = short_names(fields)
     ids = short_ids([r["id"] for r in rows], every)
     scores = _final_scores(rows)
+    best = any(r["metrics"].get("best") for r in rows)
+    lost = [f"{ids[r['id']]} at step {r['metrics']['learned_then_lost']['step']:,} "
+            f"(≥ {r['metrics']['learned_then_lost']['target']:g})" for r in rows
+            if r["metrics"].get("learned_then_lost")]
+    caption = "; ".join(["ids: a unique prefix (every command takes one); --json gives them whole",
+                         *(["final: the final evaluation; best: the best log point's (on the probe)"] * best),
+                         *([f"{LOST_MARK} learned, then lost: " + ", ".join(lost)] if lost else [])])
     table = Table([Column("id", no_wrap=True), Column("task", no_wrap=True), Column("model", no_wrap=True),
                    Column("layers", "right"),
                    *[Column(names[f], "right") for f in fields], Column("seed", "right"), Column("status"),
-                   Column("step", "right"), *[Column(score, "right", no_wrap=True) for score in scores]],
-                  caption="ids: a unique prefix (every command takes one); --json gives them whole" if rows else None,
-                  compact=True)
+                   Column("step", "right"), *[Column(score, "right", no_wrap=True) for score in scores],
+                   *([Column("best", "right", no_wrap=True)] if best else [])],
+                  caption=caption if rows else None, compact=True)
     for r in rows:
         layers = "—" if r["layers"] is None else str(r["layers"])  # an llm-bench run has none
+        mark = f" {LOST_MARK}" if r["metrics"].get("learned_then_lost") else ""
         table.add_row(ids[r["id"]], r["task"], r["model"], layers, *[value_text(r["settings"][f]) for f in fields],
                       str(r["seed"]), r["status"], str(r["step"]),
-                      *[_score_text(r["metrics"], score) for score in scores])
+                      *[_score_text(r["metrics"], score) + (mark if score == "accuracy" else "") for score in scores],
+                      *([_score_text(r["metrics"].get("best") or {}, "accuracy")] if best else []))
     show(table)
 
 

@@ -26,9 +26,11 @@ from safetensors.torch import save
 from ..config import RunConfig
 from ..models import TaskShapes, build_model
 from ..store import Store, atomic_write_bytes
+from .best import best_and_lost
 from .checkpoint import STOP_SIGNALS, WEIGHTS, CheckpointError, Owner, layout_of, load_checkpoint, save_checkpoint
 from .data import EVAL_SEED, GroupBatches, data_stream, eval_set
 from .device import GraphedStep, autocast, graph_plan, prepare, resolve_device
+from .eval_label import final_eval_fields
 from .evaluate import evaluate, read_tensor
 from .footprint import check_group
 from .objectives import per_run_correct, per_run_loss
@@ -221,11 +223,13 @@ class Group:
             final = {
                 "accuracy": None if math.isnan(acc[r]) else float(acc[r]), "loss": float(loss[r]),
                 "steps": run.step, "chance": self.task.chance,
-                "eval_examples": len(self.evaluation), "exhaustive": self.exhaustive,
-                "eval_protocol": self.task.eval_protocol, "seconds": round(time.perf_counter() - self.started, 3),
+                **final_eval_fields(self.task, len(self.evaluation), self.exhaustive),
+                "seconds": round(time.perf_counter() - self.started, 3),
                 "group_size": self.group_size, "threads": torch.get_num_threads(), "precision": self.precision,
                 "device": str(self.device), "step_mode": self.step_mode(),
             }
+            curve = self.store.metric_columns(run.id, "eval").get("eval", {})
+            final.update(best_and_lost(curve, final["accuracy"], run.config.train.target_accuracy, len(self.probe)))
             if partial:
                 final["partial_losses"] = {name: float(value[r]) for name, value in partial.items()}
             self.store.add_artifact(run.id, "checkpoint", WEIGHTS, {"step": run.step})
