@@ -62,6 +62,7 @@ def test_depthlab_runs_marks_the_run_and_its_json_keeps_best_and_final(collapsed
     assert shown.exit_code == 0 and "0.042 † 0.958" in text and "† learned, then lost: " in text, text
     data = json.loads(runner.invoke(app, ["runs", "--store", str(store.root), "--json"]).output)
     metrics = data["runs"][0]["metrics"]
+    assert data["shows"] == "final"
     assert metrics["best"]["accuracy"] > metrics["accuracy"] and metrics["learned_then_lost"]["step"] > 0
 
 

@@ -288,7 +288,8 @@ def runs(store: StoreOpt = None, status: Annotated[str | None, typer.Option(help
         raise UserError("--out: only with --format csv, parquet or json")
     rows = _rows_from_store(db, status=status, task=task)
     if json_out:
-        emit({"runs": rows})
+        # each run's metrics are its final ones: accuracy and loss of the final evaluation, with its best log point
+        emit({"runs": rows, "shows": "final"})
         return
     _show_runs(rows, [r["id"] for r in db.find_runs()])
 
