@@ -10,11 +10,13 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
+from depthlab.analysis.atlas import marks
 from depthlab.analysis.capability import capability_rows, capability_table
 from depthlab.cli import app
 from depthlab.cli.common import rich_table
 from depthlab.config import parse_run, parse_task
 from depthlab.store import Store
+from depthlab.sweeps.climb import CellResult, seed_losses
 from depthlab.training.best import best_evaluation, lost_at
 from depthlab.training.data import eval_set
 from depthlab.training.engine import train_group
@@ -90,3 +92,14 @@ def test_labels_say_sampled_or_exhaustive_from_what_the_evaluation_did():
     # a run stored before the labels: its old text said exhaustive for a sample; the table no longer does
     old = {"eval_protocol": "exhaustive dataset", "eval_examples": 20000, "exhaustive": False}
     assert protocol_of(old) == "sampled: 20,000 examples"
+
+
+def test_the_atlas_marks_a_cell_whose_run_learned_and_then_lost_it(collapsed):
+    store, run_id = collapsed
+    lost = seed_losses(store, [run_id])
+    assert lost == [{"run": run_id, **store.get_run(run_id)["final"]["learned_then_lost"]}]
+    cell = CellResult(task="memorization", width=None, field=None, value=None, max_layers=1, target=0.95,
+                      accuracies={1: [0.04]}, lost={1: lost})
+    found = {m["mark"]: m["detail"] for m in marks(cell, None, None)}
+    assert found.keys() == {"learned_then_lost", "not_reached"}
+    assert found["learned_then_lost"].startswith(f"1 layer: run {run_id} (≥ 0.95) lost at step ")
