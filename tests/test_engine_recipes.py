@@ -13,10 +13,13 @@ on. Nothing here reads how the optimizer stores its state.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
 from depthlab.config import RunConfig, parse_run
+from depthlab.errors import UserError
 from depthlab.models import TaskShapes, build_model
 from depthlab.store import Store
 from depthlab.training.checkpoint import load_checkpoint
@@ -143,3 +146,13 @@ def test_a_config_at_the_default_schedule_keeps_its_run_id():
         assert Store.run_id(parse_run(raw).to_dict()) == Store.run_id(parse_run(explicit).to_dict()) == stored
         cosine = {**raw, "train": {**train, "schedule": "cosine"}}
         assert Store.run_id(parse_run(cosine).to_dict()) != stored
+
+
+@pytest.mark.parametrize(("train", "message"), [
+    ({"lr_min": 0.01}, "train.lr_min: only a decaying schedule reaches it"),
+    ({"schedule": "cosine", "lr": 0.01, "lr_min": 0.1}, "train.lr_min: must be at most lr (0.01)"),
+    ({"schedule": "step"}, "train.schedule: Input should be 'constant', 'cosine' or 'linear'"),
+])
+def test_a_schedule_the_engine_cannot_follow_is_refused_naming_the_field(train, message):
+    with pytest.raises(UserError, match=re.escape(message)):
+        parse_run({"task": {"name": "icqa", "k": 2, "n_q": 4, "n_a": 4}, "train": train})
