@@ -210,8 +210,8 @@ LOST_MARK = "†"  # a cell with a run that learned and then lost it (best at th
 
 
 def lost_note(rows: list[dict[str, Any]], key: str = "label") -> str:
-    """The caption's sentence for the cells marked †: "† learned (≥ 0.95), then lost — icqa 3 layers: seed run
-    abc at step 3,500; …" (empty when no run was)."""
+    """The caption's sentence for the cells marked †: "† learned, then lost — icqa 3 layers: run abc (≥ 0.95) at
+    step 3,500; …" (empty when no run was)."""
     said = []
     for r in rows:
         for lost in r.get("lost") or []:
