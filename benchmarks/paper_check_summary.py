@@ -48,6 +48,8 @@ def store_runs(store_root: Path) -> list[dict[str, Any]]:
             config = run.get("config") or {}
             out.append({"id": run["id"], "task": run["task"], "model": run["model"], "status": run["status"],
                         "step": run["step"], "layers": (config.get("model") or {}).get("layers"),
+                        "heads": (config.get("model") or {}).get("heads"), "lr": (config.get("train") or {}).get("lr"),
+                        "seed": config.get("seed"),
                         "accuracy": final.get("accuracy"), "best": final.get("best"),
                         "learned_then_lost": final.get("learned_then_lost"),
                         "eval_protocol": final.get("eval_protocol")})
@@ -64,12 +66,13 @@ def tables(plans: list[dict[str, Any]], runs: dict[str, list[dict[str, Any]]]) -
         lines += ["", f"**{name}**: " + (", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no runs"), ""]
         done = [r for r in rows if r["status"] == "done"]
         if done:
-            lines += ["| task | model | layers | step | final | best (step) | learned, then lost | evaluation |",
-                      "|---|---|---:|---:|---:|---:|---|---|"]
+            lines += ["| task | model | layers | heads | lr | seed | step | final | best (step) | learned, then lost | "
+                      "evaluation |", "|---|---|---:|---|---:|---:|---:|---:|---:|---|---|"]
             for r in done:
                 best = r["best"] or {}
                 lost = r["learned_then_lost"]
-                lines.append(f"| {r['task']} | {r['model']} | {r['layers']} | {r['step']} | "
+                lines.append(f"| {r['task']} | {r['model']} | {r['layers']} | {r['heads']} | {r['lr']:g} | "
+                             f"{r['seed']} | {r['step']} | "
                              f"{_acc(r['accuracy'])} | {_acc(best.get('accuracy'))} ({best.get('step', '—')}) | "
                              f"{'at step ' + str(lost['step']) if lost else ''} | {r['eval_protocol'] or '—'} |")
     return "\n".join(lines) + "\n"

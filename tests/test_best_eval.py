@@ -103,3 +103,13 @@ def test_the_atlas_marks_a_cell_whose_run_learned_and_then_lost_it(collapsed):
     found = {m["mark"]: m["detail"] for m in marks(cell, None, None)}
     assert found.keys() == {"learned_then_lost", "not_reached"}
     assert found["learned_then_lost"].startswith(f"1 layer: run {run_id} (≥ 0.95) lost at step ")
+
+
+def test_scoring_all_of_a_fixed_sample_is_labelled_sampled():
+    """Seed 003's evaluation split is a fixed sample of eval_size strings: all of it scored is a sample, unless the
+    sample holds every input."""
+    dyck = parse_task({"name": "dyck", "N": 20, "eval_size": 64})
+    batch, whole_split = eval_set(dyck)
+    fields = final_eval_fields(dyck, len(batch), whole_split)
+    assert whole_split and fields["eval_kind"] == "sampled" and not fields["exhaustive"]
+    assert fields["eval_protocol"].startswith("sampled: 64 examples")

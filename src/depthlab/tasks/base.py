@@ -83,6 +83,12 @@ class Task(BaseModel):
     accuracy_over: ClassVar[str] = "example"
 
     @property
+    def eval_split_is_sample(self) -> bool:
+        """Whether the evaluation split is itself a fixed sample of the task's inputs (seed 003's ``eval_size``
+        strings): scoring all of it is then a sample, not every input (``training.eval_label``)."""
+        return False
+
+    @property
     def read_positions(self) -> list[int] | None:
         """Positions whose outputs are scored; None = the last position only (targets then have no P axis)."""
         return None

@@ -31,8 +31,11 @@ def eval_label(kind: str, examples: int, protocol: str | None, held_out: bool = 
 
 def final_eval_fields(task: Task, examples: int, exhaustive: bool) -> dict[str, Any]:
     """The final metrics' record of the evaluation: ``eval_kind``, ``eval_examples``, ``exhaustive`` and the
-    one-line ``eval_protocol`` every table and caption shows."""
-    held_out = getattr(task, "held_out", False)
+    one-line ``eval_protocol`` every table and caption shows. ``exhaustive`` (the whole evaluation split was
+    scored) counts as exhaustive only where that split is not itself a sample of the inputs (seed 003's fixed
+    ``eval_size`` strings are: all 5,000 of them scored is a sample of 5,000)."""
+    exhaustive = exhaustive and not task.eval_split_is_sample
+    held_out = task.held_out
     kind = eval_kind(exhaustive, held_out)
     return {"eval_kind": kind, "eval_examples": examples, "exhaustive": exhaustive,
             "eval_protocol": eval_label(kind, examples, task.eval_protocol, held_out)}
