@@ -56,39 +56,16 @@ STEPS=(
   "seed001-depth-paper|${LIMITS[4]}|$PY -m depthlab.cli reproduce seed001-depth --scale $PAPER --device $DEVICE --workers-per-device auto --store $OUT/store-paper --out $OUT/figures ${SMALL_SET[*]} --json"
 )
 
+# shellcheck source=benchmarks/check_steps.sh
+CHECK=gpu_check
+source "$ROOT/benchmarks/check_steps.sh"
 if [ "$MODE" = dry ]; then
-  for step in "${STEPS[@]}"; do
-    IFS='|' read -r name limit command <<< "$step"
-    echo "$name (at most ${limit} s): $command"
-  done
+  show_steps "${STEPS[@]}"
   exit 0
 fi
 
-mkdir -p "$OUT"
-rm -rf "$OUT/store-quick" "$OUT/store-paper"  # fresh stores: runs already done would be skipped, not timed
-: > "$OUT/steps.jsonl"
-if ! "$PY" -c "import pydantic" 2> /dev/null; then
-  if [ -n "${DEPTHLAB_WHEELS:-}" ] && [ -d "$DEPTHLAB_WHEELS" ]; then
-    "$PY" -m pip install --no-index --find-links "$DEPTHLAB_WHEELS" pydantic > "$OUT/pip.log" 2>&1 \
-      || { echo "gpu_check: installing pydantic from $DEPTHLAB_WHEELS failed (see $OUT/pip.log)" >&2; exit 2; }
-  else
-    echo "gpu_check: pydantic is missing; set DEPTHLAB_WHEELS to a folder of its wheels (README, GPUs)" >&2
-    exit 2
-  fi
-fi
-
+start_check "$OUT/store-quick" "$OUT/store-paper"
 started=$(date +%s.%N)
-for step in "${STEPS[@]}"; do
-  IFS='|' read -r name limit command <<< "$step"
-  echo "gpu_check: $name (at most ${limit} s)" >&2
-  begin=$(date +%s.%N)
-  # shellcheck disable=SC2086  # the command is split into words on purpose
-  timeout --signal=TERM --kill-after=15 "$limit" $command > "$OUT/$name.out" 2> "$OUT/$name.err"
-  rc=$?
-  end=$(date +%s.%N)
-  "$PY" -c 'import json, sys; n, c, l, b, e, r = sys.argv[1:]; print(json.dumps({"name": n, "command": c,
-"limit_s": int(l), "seconds": round(float(e) - float(b), 2), "exit_code": int(r), "timed_out": int(r) in (124, 137)}))' \
-    "$name" "$command" "$limit" "$begin" "$end" "$rc" >> "$OUT/steps.jsonl"
-done
+run_steps "${STEPS[@]}"
 finished=$(date +%s.%N)
 "$PY" benchmarks/gpu_check_summary.py "$OUT" "$MODE" "$started" "$finished"

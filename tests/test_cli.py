@@ -289,7 +289,7 @@ def test_run_filters_and_prefixes_name_what_is_allowed(tmp_path, depthlab_main):
     line = one_line_error(*depthlab_main("runs", "--task", "bogus", *store))
     assert "--task: unknown task 'bogus'; allowed: conditional_retrieval, dyck" in line
     code, out, _ = depthlab_main("runs", "--task", "icqa", "--status", "done", "--json", *store)
-    assert code == 0 and json.loads(out) == {"runs": []}  # a known task without runs: an empty list
+    assert code == 0 and json.loads(out) == {"runs": [], "shows": "final"}  # a known task without runs: none
     for prefix in ("", " "):
         line = one_line_error(*depthlab_main("export", prefix, *store))
         assert "run: give a run id or a unique prefix of one" in line

@@ -1,20 +1,25 @@
 """Each run of a group trains as a plain PyTorch loop with ``torch.optim`` would train it alone.
 
 The reference is written from PyTorch's own parts only: ``torch.optim.AdamW`` / ``torch.optim.SGD``,
-``torch.nn.utils.clip_grad_norm_`` over the run's parameters, and a ``LambdaLR`` linear warm-up from lr / w to lr
-over w steps (``TrainSpec.warmup_steps``). The engine's weights at the end (its final checkpoint) must equal the
-reference's, for the presets' recipe (AdamW, warm-up 300, weight decay 0.1, gradient clipped at 1: seed001-nested,
-seed002-layers) and the paper's (SGD lr 0.05 clipped at 1, here with momentum and weight decay too), in groups whose
-runs differ in learning rate (so a clip norm or a state shared across runs shows) and whose runs leave at different
-steps while the others train on. Nothing here reads how the optimizer stores its state.
+``torch.nn.utils.clip_grad_norm_`` over the run's parameters, a ``LambdaLR`` linear warm-up from lr / w to lr over w
+steps (``TrainSpec.warmup_steps``) and, for ``train.schedule`` cosine or linear, ``CosineAnnealingLR`` or
+``LinearLR`` to ``lr_min`` after it (``tests/lr_schedules.py``). The engine's weights at the end (its final
+checkpoint) must equal the reference's, for the presets' recipe (AdamW, warm-up 300, weight decay 0.1, gradient
+clipped at 1: seed001-nested, seed002-layers), the same with a cosine decay, and the paper's (SGD lr 0.05 clipped at
+1, here with momentum and weight decay too; and with a linear decay), in groups whose runs differ in learning rate
+(so a clip norm or a state shared across runs shows) and whose runs leave at different steps while the others train
+on. Nothing here reads how the optimizer stores its state.
 """
 
 from __future__ import annotations
+
+import re
 
 import pytest
 import torch
 
 from depthlab.config import RunConfig, parse_run
+from depthlab.errors import UserError
 from depthlab.models import TaskShapes, build_model
 from depthlab.store import Store
 from depthlab.training.checkpoint import load_checkpoint
@@ -22,9 +27,12 @@ from depthlab.training.data import DataStream
 from depthlab.training.engine import train_group
 from depthlab.training.evaluate import read_tensor
 from depthlab.training.objectives import per_run_loss
+from lr_schedules import torch_schedule
 
 PRESETS = {"optimizer": "adamw", "warmup_steps": 300, "weight_decay": 0.1, "grad_clip": 1.0}
 PAPER = {"optimizer": "sgd", "momentum": 0.9, "weight_decay": 0.01, "grad_clip": 1.0}
+COSINE = {**PRESETS, "warmup_steps": 10, "schedule": "cosine", "lr_min": 1e-4}
+LINEAR = {**PAPER, "schedule": "linear"}
 
 
 def icqa(seed: int, lr: float, **train) -> RunConfig:
@@ -55,8 +63,7 @@ def plain_loop(config: RunConfig, steps: int) -> tuple[dict[str, torch.Tensor], 
         opt = torch.optim.AdamW(params, lr=t.lr, betas=t.betas, weight_decay=t.weight_decay)
     else:
         opt = torch.optim.SGD(params, lr=t.lr, momentum=t.momentum, weight_decay=t.weight_decay)
-    warmup = t.warmup_steps
-    schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda done: min(1.0, (done + 1) / warmup) if warmup else 1.0)
+    schedule = torch_schedule(opt, t.warmup_steps, t.schedule, t.steps, t.lr_min)
     stream, read, largest = DataStream(task, config.seed, t.batch_size, steps), read_tensor(task), 0.0
     for _ in range(steps):
         batch = stream.next()
@@ -66,7 +73,8 @@ def plain_loop(config: RunConfig, steps: int) -> tuple[dict[str, torch.Tensor], 
         if t.grad_clip is not None:
             largest = max(largest, float(torch.nn.utils.clip_grad_norm_(params, t.grad_clip)))
         opt.step()
-        schedule.step()
+        if schedule is not None:
+            schedule.step()
     stream.close()
     return {k: v.detach() for k, v in model.run_state_dict(0).items()}, largest
 
@@ -86,8 +94,9 @@ def assert_same_weights(got: dict[str, torch.Tensor], want: dict[str, torch.Tens
         assert err <= rtol * scale, f"{context}: {name} differs by {err:.3g} (largest entry {scale:.3g})"
 
 
-@pytest.mark.parametrize(("recipe", "lrs"), [(PRESETS, [0.003, 0.01, 0.03]), (PAPER, [0.05, 0.1, 0.2])],
-                         ids=["presets-adamw", "paper-sgd"])
+@pytest.mark.parametrize(("recipe", "lrs"), [(PRESETS, [0.003, 0.01, 0.03]), (PAPER, [0.05, 0.1, 0.2]),
+                                             (COSINE, [0.003, 0.01, 0.03]), (LINEAR, [0.05, 0.1, 0.2])],
+                         ids=["presets-adamw", "paper-sgd", "adamw-cosine", "sgd-linear"])
 def test_each_run_of_a_group_trains_as_torch_optim_trains_it_alone(tmp_path, recipe, lrs):
     """Clipping per run (not over the group), the warm-up's first step at lr / w, weight decay and momentum
     as configured: every run's weights after 30 steps are the plain loop's."""
@@ -106,7 +115,8 @@ def test_each_run_of_a_group_trains_as_torch_optim_trains_it_alone(tmp_path, rec
 @pytest.mark.parametrize(("recipe", "lrs"), [
     ({**PRESETS, "warmup_steps": 10}, [1e30, 0.05, 0.01, 0.2]),  # a shorter warm-up, so runs reach the target
     (PAPER, [1e30, 0.5, 0.05, 0.3]),
-], ids=["presets-adamw", "paper-sgd"])
+    ({**COSINE, "lr_min": 0.0}, [1e30, 0.05, 0.01, 0.2]),
+], ids=["presets-adamw", "paper-sgd", "adamw-cosine"])
 def test_runs_that_leave_at_different_steps_leave_the_others_as_if_alone(tmp_path, recipe, lrs):
     """The first run diverges and leaves at the first log point, the last and then the second reach the target at
     later log points (35 and 50 steps for SGD, 25 and 45 for AdamW), the third trains to the end: runs leave from
@@ -124,3 +134,25 @@ def test_runs_that_leave_at_different_steps_leave_the_others_as_if_alone(tmp_pat
         assert_same_weights(final_weights(store, c), plain_loop(c, steps)[0], 1e-4, f"lr {c.train.lr}, {steps} steps")
     left_at = [steps for _, steps in finished]  # runs 1, 2, 3: the last leaves first, the second next, the third ends
     assert len(left_at) == 3 and left_at[2] < left_at[0] < left_at[1] == configs[2].train.steps, left_at
+
+
+def test_a_config_at_the_default_schedule_keeps_its_run_id():
+    """schedule constant and lr_min 0 (the defaults, what every run stored before them did) leave a run's config
+    as it was: the ids below are main's at 33a417a, before the fields existed; a decaying schedule is a new run."""
+    for train, stored in [({}, "c65a0f7313aeee29"),
+                          ({"optimizer": "adamw", "warmup_steps": 300, "lr": 0.003}, "6d1516391be1a30e")]:
+        raw = {"task": {"name": "icqa", "k": 2, "n_q": 4, "n_a": 4}, "train": train}
+        explicit = {**raw, "train": {**train, "schedule": "constant", "lr_min": 0.0}}
+        assert Store.run_id(parse_run(raw).to_dict()) == Store.run_id(parse_run(explicit).to_dict()) == stored
+        cosine = {**raw, "train": {**train, "schedule": "cosine"}}
+        assert Store.run_id(parse_run(cosine).to_dict()) != stored
+
+
+@pytest.mark.parametrize(("train", "message"), [
+    ({"lr_min": 0.01}, "train.lr_min: only a decaying schedule reaches it"),
+    ({"schedule": "cosine", "lr": 0.01, "lr_min": 0.1}, "train.lr_min: must be at most lr (0.01)"),
+    ({"schedule": "step"}, "train.schedule: Input should be 'constant', 'cosine' or 'linear'"),
+])
+def test_a_schedule_the_engine_cannot_follow_is_refused_naming_the_field(train, message):
+    with pytest.raises(UserError, match=re.escape(message)):
+        parse_run({"task": {"name": "icqa", "k": 2, "n_q": 4, "n_a": 4}, "train": train})

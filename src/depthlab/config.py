@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from .bounded import MAX_TEXT_BYTES, BoundError, parse_yaml, read_file
 from .errors import UserError
@@ -85,6 +85,11 @@ class TrainSpec(BaseModel):
                                 description="AdamW: decoupled; SGD: L2 added to the gradient")
     betas: tuple[float, float] = (0.9, 0.999)
     warmup_steps: int = Field(0, ge=0, le=MAX_STEPS, description="linear learning-rate warm-up over this many steps")
+    schedule: Literal["constant", "cosine", "linear"] = Field(
+        "constant", description="the learning rate after the warm-up: constant, or decayed to lr_min by the last "
+                                "step along a half cosine or a straight line")
+    lr_min: float = Field(0.0, ge=0, allow_inf_nan=False,
+                          description="where a cosine or linear schedule ends (at most lr)")
     grad_clip: float | None = Field(None, gt=0, allow_inf_nan=False,
                                     description="clip each run's gradient to this global norm")
     steps: int = Field(2000, ge=1, le=MAX_STEPS, description="maximum number of optimizer steps")
@@ -116,6 +121,16 @@ class TrainSpec(BaseModel):
     def _workers_range(cls, value: int | str) -> int | str:
         if value != "auto" and not 1 <= value <= MAX_WORKERS_PER_DEVICE:
             raise ValueError(f"must be auto or a whole number from 1 to {MAX_WORKERS_PER_DEVICE}")
+        return value
+
+    @field_validator("lr_min")
+    @classmethod
+    def _lr_min_reached(cls, value: float, info: ValidationInfo) -> float:
+        if value and info.data.get("schedule") == "constant":
+            raise ValueError("only a decaying schedule reaches it: set train.schedule to cosine or linear, "
+                             "or leave lr_min at 0")
+        if "lr" in info.data and value > info.data["lr"]:
+            raise ValueError(f"must be at most lr ({info.data['lr']})")
         return value
 
     @field_validator("device")
@@ -151,8 +166,9 @@ class ResourceSpec(BaseModel):
 
 # train fields that say where and how a run executes, not what it is
 EXECUTION_FIELDS = frozenset({"device", "compile", "cuda_graph", "workers_per_device"})
-# train fields added after runs were stored: left out of a run's config while unset, so stored run ids stay valid
-UNSET_LEFT_OUT = frozenset({"train_examples"})
+# train fields added after runs were stored, and the value (each one's default: what runs stored before it did)
+# at which a run's config leaves them out, so stored run ids stay valid
+UNSET_LEFT_OUT: dict[str, Any] = {"train_examples": None, "schedule": "constant", "lr_min": 0.0}
 
 
 class RunConfig(BaseModel):
@@ -173,7 +189,7 @@ class RunConfig(BaseModel):
             "task": {"name": self.task.name, **self.task.model_dump(mode="json")},
             "model": self.model.model_dump(mode="json"),
             "train": self.train.model_dump(mode="json", exclude=set(EXECUTION_FIELDS) | {
-                f for f in UNSET_LEFT_OUT if getattr(self.train, f) is None}),
+                f for f, default in UNSET_LEFT_OUT.items() if getattr(self.train, f) == default}),
             "seed": self.seed,
         }
 

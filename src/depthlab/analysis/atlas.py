@@ -19,6 +19,8 @@ it, the bounds of :func:`depthlab.constructions.bounds.theory` that speak of tha
   construction has more heads or width than the model trained).
 - ``not_reached`` — no depth up to the climb's limit reached the target.
 - ``unfinished`` — drawn from the store alone and some runs of the next depth are missing.
+- ``learned_then_lost`` — a run of the cell reached its target at a log point and ended below it ("learned, then
+  lost at step S", ``training.best``): its final accuracy understates what that depth can learn.
 
 Where several widths were climbed, ``min_width`` gives, per depth, the smallest width whose minimum depth is at
 most that depth.
@@ -30,7 +32,7 @@ from typing import Any
 
 from ..constructions.bounds import Bound
 from ..sweeps.climb import CellResult, reached
-from .capability import mean_accuracy
+from .capability import depth_label, mean_accuracy
 from .tables import Column, Table
 
 MARKS = {
@@ -38,6 +40,7 @@ MARKS = {
     "above_upper": "trained depth above the construction: optimisation falls short",
     "not_reached": "no depth up to the climb's limit learned",
     "unfinished": "runs missing in the store (--finished-only)",
+    "learned_then_lost": "a run reached its target, then ended below it",
 }
 
 
@@ -65,6 +68,9 @@ def marks(cell: CellResult, lower: Bound | None, upper: Bound | None, model_head
     if cell.unfinished_at is not None:
         return [{"mark": "unfinished", "detail": f"runs at {cell.unfinished_at} layers not all finished"}]
     trained = cell.min_layers
+    for depth, runs in sorted(cell.lost.items()):
+        out.append({"mark": "learned_then_lost", "detail": f"{depth_label(depth)}: " + ", ".join(
+            f"run {r['run']} (≥ {r['target']:g}) lost at step {r['step']:,}" for r in runs)})
     if trained is None:
         out.append({"mark": "not_reached", "detail": f"no depth up to {cell.max_layers} reached {cell.target:g}"})
     if trained is not None and lower is not None and trained < lower.layers:
@@ -104,6 +110,7 @@ def atlas_cell(cell: CellResult, task: dict[str, Any], model: dict[str, Any], bo
         "accuracies": {str(d): a for d, a in sorted(cell.accuracies.items())},
         "mean_accuracy": {str(d): mean_accuracy(a) for d, a in sorted(cell.accuracies.items())},
         "reached": {str(d): reached(a, cell.target) for d, a in sorted(cell.accuracies.items())},
+        "learned_then_lost": {str(d): runs for d, runs in sorted(cell.lost.items())},
         "chance": cell.chance, "eval_protocol": cell.eval_protocol,
         "lower": lower.layers if lower else None, "upper": upper.layers if upper else None,
         "bounds": [b.to_dict() for b in bounds],

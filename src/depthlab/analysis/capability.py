@@ -28,6 +28,7 @@ from ..constructions.information_flow import closed_form
 from ..store import Store
 from ..sweeps.climb import CellResult, reached
 from ..tasks import task_title
+from ..training.eval_label import protocol_of
 from .runs import is_trained
 from .tables import Column, Table
 
@@ -61,6 +62,7 @@ def capability_rows(store: Store, run_ids: list[str], records: list[dict[str, An
     for runs, config, distinguishing in zip(groups, configs, fields, strict=True):
         done = [r for r in runs if r["status"] == "done" and r["final"] and r["final"].get("accuracy") is not None]
         accs = np.array([r["final"]["accuracy"] for r in done], dtype=float)
+        bests = [r["final"]["best"]["accuracy"] for r in done if r["final"].get("best")]
         final = done[0]["final"] if done else {}
         rows.append({
             "task": config["task"]["name"],
@@ -73,12 +75,16 @@ def capability_rows(store: Store, run_ids: list[str], records: list[dict[str, An
             "model": config["model"]["name"],
             "accuracy": float(accs.mean()) if len(accs) else None,
             "accuracy_sd": float(accs.std(ddof=1)) if len(accs) > 1 else (0.0 if len(accs) else None),
+            "shows": "final",  # what "accuracy" is: the final evaluation (best_accuracy: the best log point's)
+            "best_accuracy": float(np.mean(bests)) if bests else None,
+            "lost": [{"run": r["id"], **r["final"]["learned_then_lost"]} for r in done
+                     if r["final"].get("learned_then_lost")],
             "seeds": len(accs),
             "runs": [r["id"] for r in runs],
             "failed": [r["id"] for r in runs if r["status"] in ("failed", "diverged", "interrupted")],
             "chance": final.get("chance"),
             "steps": int(np.mean([r["final"]["steps"] for r in done])) if done else None,
-            "eval_protocol": final.get("eval_protocol"),
+            "eval_protocol": protocol_of(final),
             "eval_examples": final.get("eval_examples"),
             "exhaustive": final.get("exhaustive"),
         })
@@ -158,8 +164,8 @@ def panel_titles(rows: list[dict[str, Any]]) -> dict[str, str]:
 
 def depth_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The seed 001 depth study's JSON rows: the capability rows without their run bookkeeping."""
-    keys = ("task", "label", "settings", "layers", "accuracy", "accuracy_sd", "seeds", "chance", "steps",
-            "eval_protocol", "runs")
+    keys = ("task", "label", "settings", "layers", "accuracy", "accuracy_sd", "shows", "best_accuracy", "lost",
+            "seeds", "chance", "steps", "eval_protocol", "runs")
     return [{k: r[k] for k in keys} for r in rows]
 
 
@@ -198,27 +204,40 @@ def protocol_note(rows: list[dict[str, Any]], key: str = "label") -> str:
     said: dict[str, list[str]] = {}
     for r in rows:
         if r.get("eval_protocol"):
-            protocol = r["eval_protocol"] + (f" ({r['eval_examples']:,} examples)" if r.get("eval_examples") else "")
-            names = said.setdefault(protocol, [])
+            names = said.setdefault(r["eval_protocol"], [])
             if r[key] not in names:
                 names.append(r[key])
     return "evaluated on — " + "; ".join(f"{', '.join(names)}: {p}" for p, names in said.items()) if said else ""
 
 
+LOST_MARK = "†"  # a cell with a run that learned and then lost it (best at the target, final below)
+
+
+def lost_note(rows: list[dict[str, Any]], key: str = "label") -> str:
+    """The caption's sentence for the cells marked †: "† learned, then lost — icqa 3 layers: run abc (≥ 0.95) at
+    step 3,500; …" (empty when no run was)."""
+    said = []
+    for r in rows:
+        for lost in r.get("lost") or []:
+            said.append(f"{r[key]} {depth_label(r['layers'])}: run {lost['run']} (≥ {lost['target']:g}) "
+                        f"at step {lost['step']:,}")
+    return f"{LOST_MARK} learned, then lost — " + "; ".join(said) if said else ""
+
+
 def capability_table(rows: list[dict[str, Any]], title: str) -> Table:
     """Rows: cells' labels (a task, with its distinguishing settings); columns: depth; cells: the final accuracy's
-    mean ± sd over seeds; then chance. How many seeds and what each task was evaluated on are said once, in the
-    caption, so the table fits 80 columns."""
+    mean ± sd over seeds (marked † where a run learned and then lost it); then chance. How many seeds, what each
+    task was evaluated on and which runs were lost are said once, in the caption, so the table fits 80 columns."""
     depths = sorted({r["layers"] for r in rows})
     n, seeds = seeds_note(rows)
-    caption = "; ".join(x for x in (f"final accuracy, {seeds}", protocol_note(rows)) if x)
+    caption = "; ".join(x for x in (f"final accuracy, {seeds}", protocol_note(rows), lost_note(rows)) if x)
     table = Table([Column("task"), *[Column(depth_label(d), "right", no_wrap=True) for d in depths],
                    Column("chance", "right", no_wrap=True)], title=f"capability table — {title}", caption=caption)
     for label in dict.fromkeys(r["label"] for r in rows):
         cells = {r["layers"]: r for r in rows if r["label"] == label}
         first = next(iter(cells.values()))
         texts = [format_cell(c) + (f" (n={c['seeds']})" if c["accuracy"] is not None and c["seeds"] != n else "")
-                 if (c := cells.get(d)) else "" for d in depths]
+                 + (f" {LOST_MARK}" if c.get("lost") else "") if (c := cells.get(d)) else "" for d in depths]
         table.add_row(label, *texts, f"{first['chance']:.3f}" if first["chance"] is not None else "—")
     return table
 

@@ -31,6 +31,7 @@ from ..models import MODELS
 from ..models.recurrent import kv_cache_size
 from ..store import Store
 from ..tasks import task_title
+from ..training.eval_label import protocol_of
 from .capability import protocol_note
 from .tables import Column, Table
 
@@ -90,7 +91,7 @@ def _cell_row(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "target_accuracy": config["train"].get("target_accuracy"),
         "seconds": round(float(np.sum([r["final"].get("seconds", 0.0) for r in done])), 1) if done else None,
         "eval_examples": final.get("eval_examples"),
-        "eval_protocol": final.get("eval_protocol"),
+        "eval_protocol": protocol_of(final),
         "runs": [r["id"] for r in runs],
         "failed": [r["id"] for r in runs if r["status"] in ("failed", "diverged", "interrupted")],
     }

@@ -205,25 +205,35 @@ def _common(a: str, b: str) -> int:
 
 def _show_runs(rows: list[dict[str, Any]], every: list[str], note: str = "") -> None:
     """The runs as a table that fits 80 columns: ids by a unique prefix, the settings that vary as columns, and
-    each finished run's final accuracy, or its final loss where its task has no accuracy (a regression task's)."""
+    each finished run's final accuracy, or its final loss where its task has no accuracy (a regression task's);
+    beside it the best log-point accuracy, and † where the run learned and then lost it (the caption says when)."""
+    from ..analysis.capability import LOST_MARK
     from ..cells import short_names, value_text
 
     fields = list(rows[0]["settings"]) if rows else []
     names = short_names(fields)
     ids = short_ids([r["id"] for r in rows], every)
     scores = _final_scores(rows)
+    best = any(r["metrics"].get("best") for r in rows)
+    lost = [f"{ids[r['id']]} at step {r['metrics']['learned_then_lost']['step']:,} "
+            f"(≥ {r['metrics']['learned_then_lost']['target']:g})" for r in rows
+            if r["metrics"].get("learned_then_lost")]
+    caption = "; ".join(["ids: a unique prefix (every command takes one); --json gives them whole",
+                         *(["final: the final evaluation; best: the best log point's (on the probe)"] * best),
+                         *([f"{LOST_MARK} learned, then lost: " + ", ".join(lost)] if lost else [])])
     table = Table([Column("id", no_wrap=True), Column("task", no_wrap=True), Column("model", no_wrap=True),
                    Column("layers", "right"),
                    *[Column(names[f], "right") for f in fields], Column("seed", "right"), Column("status"),
-                   Column("step", "right"), *[Column(score, "right", no_wrap=True) for score in scores]],
-                  caption=f"ids: a unique prefix (every command takes one); --json gives them whole{note}" if rows
-                  else None,
-                  compact=True)
+                   Column("step", "right"), *[Column(score, "right", no_wrap=True) for score in scores],
+                   *([Column("best", "right", no_wrap=True)] if best else [])],
+                  caption=caption + note if rows else None, compact=True)
     for r in rows:
         layers = "—" if r["layers"] is None else str(r["layers"])  # an llm-bench run has none
+        mark = f" {LOST_MARK}" if r["metrics"].get("learned_then_lost") else ""
         table.add_row(ids[r["id"]], r["task"], r["model"], layers, *[value_text(r["settings"][f]) for f in fields],
                       str(r["seed"]), r["status"], str(r["step"]),
-                      *[_score_text(r["metrics"], score) for score in scores])
+                      *[_score_text(r["metrics"], score) + (mark if score == "accuracy" else "") for score in scores],
+                      *([_score_text(r["metrics"].get("best") or {}, "accuracy")] if best else []))
     show(table)
 
 
@@ -269,9 +279,9 @@ def _write_table(pages: Iterable[Any], fmt: str, out: Path | None) -> None:
     sys.stdout.flush()
 
 
-def _emit_list(key: str, items: Iterable[dict[str, Any]]) -> None:
-    """``{key: [items]}`` as the one line of JSON :func:`emit` prints, written an item at a time (the items are
-    never all in memory)."""
+def _emit_list(key: str, items: Iterable[dict[str, Any]], **after: Any) -> None:
+    """``{key: [items], **after}`` as the one line of JSON :func:`emit` prints, the items written one at a time
+    (they are never all in memory)."""
     from ..store import to_jsonable
 
     separator = ""
@@ -283,7 +293,7 @@ def _emit_list(key: str, items: Iterable[dict[str, Any]]) -> None:
             text = json.dumps(to_jsonable(item), allow_nan=False, default=str)
         sys.stdout.write(separator + text)
         separator = ", "
-    sys.stdout.write("]}\n")
+    sys.stdout.write("]" + "".join(f", {json.dumps(k)}: {json.dumps(v)}" for k, v in after.items()) + "}\n")
     sys.stdout.flush()
 
 
@@ -344,8 +354,9 @@ def runs(store: StoreOpt = None, status: Annotated[str | None, typer.Option(help
         raise UserError("--out: only with --format csv, parquet or json")
     if json_out:
         fields = list_fields(db.cell_configs(status, task))
+        # each run's metrics are its final ones: accuracy and loss of the final evaluation, with its best log point
         _emit_list("runs", (_run_row(r, fields) for r in db.iter_runs(status, task, limit=limit or None,
-                                                                       offset=offset)))
+                                                                       offset=offset)), shows="final")
         return
     shown = TABLE_ROWS if limit is None else limit or None
     records = list(db.iter_runs(status, task, limit=shown, offset=offset))

@@ -14,7 +14,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ..analysis.capability import aggregate_curves, depth_label
-from .style import caption, chance_line, figure_legend, literal, log_ticks, new_figure
+from .style import PROBE_NOTE, caption, chance_line, figure_legend, literal, log_ticks, new_figure
 from .svg import Series, depth_colours, grid_svg, line_chart_svg
 
 CHART_W, CHART_H = 340, 220  # one chart of the HTML report, in pixels
@@ -58,8 +58,9 @@ def depth_figure(curves: dict[tuple[str, int], list[dict[str, list[float]]]], ta
         if title:
             fig.suptitle(literal(title), fontsize=10)
         n = "/".join(str(k) for k in sorted(seeds)) or "the"
-        caption(fig, f"Lines: mean over {n} seeds of evaluation accuracy (top) and loss (bottom); shaded: from "
-                     "the lowest to the highest seed; grey dashed: chance.")
+        caption(fig, f"Lines: mean over {n} seeds of evaluation accuracy (top) and loss (bottom) at every log point "
+                     f"(on the probe: {PROBE_NOTE}); shaded: from the lowest to the highest seed; grey dashed: "
+                     "chance.")
     return fig
 
 

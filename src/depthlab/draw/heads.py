@@ -9,7 +9,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ..analysis.capability import aggregate_curves
-from .style import caption, chance_line, figure_legend, literal, log_ticks, new_figure
+from .style import PROBE_NOTE, caption, chance_line, figure_legend, literal, log_ticks, new_figure
 
 DEPTH_STYLES = ("-", "--", ":", "-.")  # line style by depth: the head list's length
 
@@ -61,6 +61,7 @@ def heads_figure(rows: list[dict[str, Any]], title: str) -> Figure:
         fig.suptitle(literal(title), fontsize=10)
         n = "/".join(str(k) for k in sorted(seeds)) or "the"
         caption(fig, f"Heads per layer [h1, h2, …], one colour each in every panel, the line style by depth. Lines: "
-                     f"mean over {n} seeds of evaluation accuracy (top) and loss (bottom); shaded: from the lowest to "
-                     "the highest seed; grey dashed: chance.", legend=legend)
+                     f"mean over {n} seeds of evaluation accuracy (top) and loss (bottom) at every log point (on the "
+                     f"probe: {PROBE_NOTE}); shaded: from the lowest to the highest seed; grey dashed: chance.",
+                legend=legend)
     return fig

@@ -29,6 +29,8 @@ from matplotlib.ticker import LogFormatterSciNotation, LogLocator, NullFormatter
 STYLE: dict[str, Any] = {"font.size": 9, "axes.spines.top": False, "axes.spines.right": False, "figure.dpi": 120,
                          "pdf.fonttype": 42, "ps.fonttype": 42}
 VECTOR_FORMATS = ("pdf", "svg")
+# what an eval curve shows, said in the curve figures' captions (the tables show the final evaluation)
+PROBE_NOTE = "train.eval_examples of the evaluation set; the tables show each run's final evaluation on all of it"
 CHANCE = "chance"  # the chance line's legend entry (listed after the data's)
 CAPTION_CHARS_PER_INCH = 17  # characters of 7-point text per inch of figure width
 

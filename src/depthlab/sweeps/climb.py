@@ -36,6 +36,7 @@ from ..config import RunConfig, apply_overrides, parse_run, set_field
 from ..errors import UserError
 from ..store import Store
 from ..training.engine import TERMINAL
+from ..training.eval_label import protocol_of
 
 MAX_LAYERS = 64
 STUDY_KEYS = ("task", "model", "train", "layers", "seeds", "target", "widths", "vary", "expect")
@@ -72,6 +73,8 @@ class CellResult:
     chance: float | None = None
     eval_protocol: str | None = None
     accuracies: dict[int, list[float | None]] = field(default_factory=dict)  # depth -> per seed
+    # depth -> the runs that learned and then lost it (training.best): {"run", "target", "step"} each
+    lost: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     min_layers: int | None = None
     unfinished_at: int | None = None  # read from the store only: the first depth whose runs are not all finished
 
@@ -225,12 +228,19 @@ def seed_accuracies(store: Store, run_ids: list[str]) -> list[float | None]:
     return out
 
 
+def seed_losses(store: Store, run_ids: list[str]) -> list[dict[str, Any]]:
+    """The runs that learned and then lost it (their final metrics' ``learned_then_lost``), with their ids."""
+    finals = [(run_id, ((store.get_run(run_id) or {}).get("final")) or {}) for run_id in run_ids]
+    return [{"run": run_id, **final["learned_then_lost"]} for run_id, final in finals
+            if final.get("learned_then_lost")]
+
+
 def run_info(store: Store, run_ids: list[str]) -> dict[str, Any]:
     """Chance and evaluation protocol, from the first finished run."""
     for run_id in run_ids:
         final = ((store.get_run(run_id) or {}).get("final")) or {}
         if final:
-            return {"chance": final.get("chance"), "eval_protocol": final.get("eval_protocol")}
+            return {"chance": final.get("chance"), "eval_protocol": protocol_of(final)}
     return {"chance": None, "eval_protocol": None}
 
 
@@ -309,6 +319,8 @@ def climb_many(studies: list[Study], store: Store,
                 cell.unfinished_at = depth
                 continue
             cell.accuracies[depth] = seed_accuracies(store, ids)
+            if lost := seed_losses(store, ids):
+                cell.lost[depth] = lost
             if cell.chance is None:
                 info = run_info(store, ids)
                 cell.chance, cell.eval_protocol = info["chance"], info["eval_protocol"]

@@ -71,7 +71,9 @@ class Task(BaseModel):
     section: ClassVar[str]  # where the seed defines it, e.g. "seed 001 §4.2"
     summary: ClassVar[str]
     # How evaluation data relates to training data, said in every table that shows this task.
-    eval_protocol: ClassVar[str] = "exhaustive dataset"
+    eval_protocol: ClassVar[str] = "the task's dataset"
+    # Whether the evaluation split is kept out of training (what a sampled evaluation's label says: held-out).
+    held_out: ClassVar[bool] = False
     # The objective: "cross_entropy" (targets are class indices), "mse" (float targets, no accuracy) or
     # "bce" (multi-label 0/1 targets, a label counts as predicted when its logit is positive) or "bce_balanced"
     # (the same targets, positives and negatives of each label set weighed equally: training/objectives.py).
@@ -79,6 +81,12 @@ class Task(BaseModel):
     # With several read-out positions: an example is correct only if every position is ("example"), or
     # accuracy is the mean over positions ("position").
     accuracy_over: ClassVar[str] = "example"
+
+    @property
+    def eval_split_is_sample(self) -> bool:
+        """Whether the evaluation split is itself a fixed sample of the task's inputs (seed 003's ``eval_size``
+        strings): scoring all of it is then a sample, not every input (``training.eval_label``)."""
+        return False
 
     @property
     def read_positions(self) -> list[int] | None:

@@ -29,6 +29,10 @@ class FixedEvalSet(Task):
         """The number of distinct inputs (the training split's size; the evaluation split takes at most this)."""
         raise NotImplementedError
 
+    @property
+    def eval_split_is_sample(self) -> bool:
+        return self.eval_size < self.n_inputs
+
     def dataset_size(self, split: str = "eval") -> int:
         check_split(split, SPLITS)
         return min(self.eval_size, self.n_inputs) if split == "eval" else self.n_inputs

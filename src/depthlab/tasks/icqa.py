@@ -43,7 +43,7 @@ class InContextQA(ContextQA):
     title = "IC-QA"
     section = "seed 001 §4.2"
     summary = "in-context question answering: retrieve the answer paired with the query question"
-    eval_protocol = "exhaustive dataset"
+    eval_protocol = "the task's dataset"
 
     k: int = 3
     n_q: int = 8

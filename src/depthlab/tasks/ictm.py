@@ -54,6 +54,7 @@ class InContextTemplateMatching(ContextQA, TemplateTask):
     section = "seed 001 §4.4"
     summary = "in-context template matching: the answer whose question has the query's template"
     eval_protocol = "held-out substitution maps: no evaluation question sequence occurs in training"
+    held_out = True
 
     k: int = 2
     l: int = 3

@@ -56,7 +56,7 @@ class NestedICQA(SignedVocabulary):
     title = "nested IC-QA"
     section = "seed 001 §7"
     summary = "nested in-context QA: follow `hops` links from the query symbol to the end of its chain"
-    eval_protocol = "exhaustive dataset when small, else a fresh sample"
+    eval_protocol = "the task's dataset"
 
     k: int = 2
     hops: int = 2

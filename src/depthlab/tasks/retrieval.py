@@ -303,7 +303,7 @@ class Retrieval(Task):
     title = "retrieval"
     section = "seed 002 §3.1"
     summary = "retrieval: … x_{D-1} x_D … x_0 x_1 … x_0 → x_D, with N interleaved chains (N-1 distractors)"
-    eval_protocol = "exhaustive dataset when small, else a fresh sample"
+    eval_protocol = "the task's dataset"
 
     N: int = Field(2, ge=1, description="interleaved chains (the queried one and N-1 distractors)")
     D: int = Field(2, ge=1, description="retrieval steps (D = 1 is the induction problem)")

@@ -45,6 +45,7 @@ class TemplateMatching(SignedVocabulary, TemplateTask):
     section = "seed 001 §4.3"
     summary = "template matching: classify a sequence by the template (equality pattern) it follows"
     eval_protocol = "held-out substitution maps: evaluation sequences never occur in training"
+    held_out = True
 
     l: int = 3
     n_symbols: int = 16

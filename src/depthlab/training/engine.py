@@ -26,9 +26,11 @@ from safetensors.torch import save
 from ..config import RunConfig
 from ..models import TaskShapes, build_model
 from ..store import Store, atomic_write_bytes
+from .best import best_and_lost
 from .checkpoint import STOP_SIGNALS, WEIGHTS, CheckpointError, Owner, layout_of, load_checkpoint, save_checkpoint
 from .data import EVAL_SEED, GroupBatches, data_stream, eval_set
 from .device import GraphedStep, autocast, graph_plan, prepare, resolve_device
+from .eval_label import final_eval_fields
 from .evaluate import evaluate, read_tensor
 from .footprint import check_group
 from .objectives import per_run_correct, per_run_loss
@@ -88,7 +90,8 @@ class Group:
         self.names = [name for name, _ in self.model.named_parameters()]
         self.opt = GroupOptimizer(list(self.model.parameters()), [c.train.lr for c, _ in configs], t.optimizer,
                                   t.momentum, t.weight_decay, t.betas, grad_clip=t.grad_clip,
-                                  warmup_steps=t.warmup_steps)
+                                  warmup_steps=t.warmup_steps, schedule=t.schedule, total_steps=t.steps,
+                                  lr_min=t.lr_min)
         self.runs = [_Run(c, i, store.artifact_path(i, "checkpoint", WEIGHTS).parent) for c, i in configs]
         self.evaluation, self.exhaustive = eval_set(task)
         order = np.random.default_rng(EVAL_SEED).permutation(len(self.evaluation))
@@ -220,11 +223,13 @@ class Group:
             final = {
                 "accuracy": None if math.isnan(acc[r]) else float(acc[r]), "loss": float(loss[r]),
                 "steps": run.step, "chance": self.task.chance,
-                "eval_examples": len(self.evaluation), "exhaustive": self.exhaustive,
-                "eval_protocol": self.task.eval_protocol, "seconds": round(time.perf_counter() - self.started, 3),
+                **final_eval_fields(self.task, len(self.evaluation), self.exhaustive),
+                "seconds": round(time.perf_counter() - self.started, 3),
                 "group_size": self.group_size, "threads": torch.get_num_threads(), "precision": self.precision,
                 "device": str(self.device), "step_mode": self.step_mode(),
             }
+            curve = self.store.metric_columns(run.id, "eval").get("eval", {})
+            final.update(best_and_lost(curve, final["accuracy"], run.config.train.target_accuracy, len(self.probe)))
             if partial:
                 final["partial_losses"] = {name: float(value[r]) for name, value in partial.items()}
             self.store.add_artifact(run.id, "checkpoint", WEIGHTS, {"step": run.step})

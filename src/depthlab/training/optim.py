@@ -4,16 +4,19 @@
 here with the learning rate (and the step count for Adam's bias correction) as a tensor over runs. The
 arithmetic is torch's own (``torch.optim.SGD`` with dampening 0, ``torch.optim.AdamW``, clipping as
 ``torch.nn.utils.clip_grad_norm_``) up to the rounding of a product or two, elementwise, so a run's update never
-depends on the other runs in its group; tests check it against ``torch.optim`` run by run, in float64.
+depends on the other runs in its group; tests check it against ``torch.optim`` run by run, in float64. The
+learning-rate schedule (``train.schedule``: constant, or cosine or linear decay to ``lr_min`` after the warm-up)
+is ``torch.optim.lr_scheduler``'s, computed from the step count held on the device, so a captured CUDA graph
+replays it.
 
 The whole model is one update, whatever its number of parameter tensors. The optimizer owns the parameters'
 memory: the parameters of each dtype become views of one ``[runs, N]`` buffer (a run's row holds all its weights,
 each tensor in its own columns), and so do their gradients (``zero_grad`` zeroes the buffer and autograd adds
 each gradient into its view; ``step`` uses the buffer as scratch and leaves ``.grad`` None) and the optimizer's
-states. What depends on the step count is computed once per step for all runs, in float64 (warm-up
-factor, bias corrections, clipping scale: vectors over runs, cast once to the parameters' dtype), and every
+states. What depends on the step count is computed once per step for all runs, in float64 (warm-up factor
+and schedule, bias corrections, clipping scale: vectors over runs, cast once to the parameters' dtype), and every
 weight is updated by a handful of operations on the buffers: a step is the same few dozen ATen operations
-whatever the number of parameter tensors (69 for AdamW with clipping and warm-up, nested ones included;
+whatever the number of parameter tensors (70 for AdamW with clipping and warm-up, nested ones included;
 ``tests/test_optim.py``), where the per-tensor loop made about 60 per tensor. Build the optimizer once the
 model is on its device and in its dtype (``Module.to`` after it would give the parameters memory the optimizer
 does not see); ``select_runs`` rebuilds the buffers when runs leave.
@@ -31,6 +34,7 @@ import torch
 # gradient), which matters for DDP's buckets, not here: the gradient lives where the update reads it.
 warnings.filterwarnings("ignore", message="grad and param do not obey the gradient layout contract")
 STATES = {"sgd": ("momentum_buffer",), "adamw": ("exp_avg", "exp_avg_sq")}
+SCHEDULES = ("constant", "cosine", "linear")
 
 
 class _Flat:
@@ -80,13 +84,18 @@ class _Flat:
 class GroupOptimizer:
     def __init__(self, params: list[torch.nn.Parameter], lrs: list[float], kind: str, momentum: float = 0.0,
                  weight_decay: float = 0.0, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-                 grad_clip: float | None = None, warmup_steps: int = 0) -> None:
+                 grad_clip: float | None = None, warmup_steps: int = 0, schedule: str = "constant",
+                 total_steps: int = 0, lr_min: float = 0.0) -> None:
+        if schedule not in SCHEDULES:
+            raise ValueError(f"schedule {schedule!r}: allowed {', '.join(SCHEDULES)}")
         self.grad_clip = grad_clip
-        self.warmup_steps = warmup_steps
+        self.warmup_steps, self.schedule, self.lr_min = warmup_steps, schedule, lr_min
+        self.decay_steps = max(total_steps - warmup_steps, 1)  # steps after the warm-up (the decay's length)
         self.kind = kind
         self.momentum, self.weight_decay, self.betas, self.eps = momentum, weight_decay, betas, eps
         device = params[0].device if params else None  # the per-run rates and step counts live with the weights
         self.lr = torch.tensor(lrs, dtype=torch.float64, device=device)
+        self.span = self.lr - lr_min  # what a decaying schedule takes away from each run's rate
         self.steps = torch.zeros(len(lrs), dtype=torch.float64, device=device)  # bias corrections need float64
         self._build(params)
 
@@ -122,14 +131,30 @@ class GroupOptimizer:
             flat.grad.mul_(scale if scale.dtype == flat.dtype else scale.to(flat.dtype))
 
     @torch.no_grad()
+    def _scheduled(self, lr: torch.Tensor, scratch: torch.Tensor) -> None:
+        """Step t's learning rate into ``lr`` (t = ``steps``, counted from 1), for all runs at once, from tensors
+        only (a CUDA graph replays it with the step count it finds): the warm-up factor min(t / W, 1) times, for a
+        decaying schedule, ``lr_min + (lr - lr_min) · d(p)`` with p = clamp((t - 1 - W) / (T - W), 0, 1) and
+        d = (1 + cos πp) / 2 (cosine) or 1 - p (linear): ``torch.optim.lr_scheduler``'s ``CosineAnnealingLR`` /
+        ``LinearLR`` over T - W steps, started after W warm-up steps (``SequentialLR``)."""
+        if self.schedule == "constant":
+            lr.copy_(self.lr)
+        else:
+            torch.sub(self.steps, 1 + self.warmup_steps, out=lr).div_(self.decay_steps).clamp_(0.0, 1.0)
+            if self.schedule == "cosine":
+                lr.mul_(math.pi).cos_().add_(1.0).mul_(0.5)
+            else:
+                lr.neg_().add_(1.0)
+            lr.mul_(self.span).add_(self.lr_min)
+        if self.warmup_steps:  # linear warm-up from lr / warmup_steps to lr
+            lr.mul_(torch.div(self.steps, self.warmup_steps, out=scratch).clamp_(max=1.0))
+
+    @torch.no_grad()
     def _coefficients(self) -> None:
         """This step's per-run learning rate (after warm-up) and the kind's per-run factors, once for all."""
         self.steps.add_(self.one)  # a tensor: a Python number would be wrapped into one at every step
         lr, a, b, c = self.rows64
-        if self.warmup_steps:  # linear warm-up from lr / warmup_steps to lr
-            torch.div(self.steps, self.warmup_steps, out=lr).clamp_(max=1.0).mul_(self.lr)
-        else:
-            lr.copy_(self.lr)
+        self._scheduled(lr, a)
         if self.kind == "sgd":
             torch.neg(lr, out=a)  # -lr
         else:
@@ -178,7 +203,7 @@ class GroupOptimizer:
     def select_runs(self, keep: torch.Tensor, params: list[torch.nn.Parameter]) -> None:
         """Keep only the runs at ``keep``; ``params`` are the model's parameters after the same selection."""
         kept = [{name: t[keep] for name, t in flat.buffers.items()} for flat in self.flats]
-        self.lr, self.steps = self.lr[keep], self.steps[keep]
+        self.lr, self.span, self.steps = self.lr[keep], self.span[keep], self.steps[keep]
         self._build(params)
         for flat, buffers in zip(self.flats, kept, strict=True):
             for name, t in buffers.items():

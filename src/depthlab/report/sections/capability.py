@@ -65,8 +65,8 @@ def render(ctx: ReportContext) -> str | None:
             task = grid["tasks"][cell["task_index"]]
             summary = (f"Accuracy {accuracy_text(cell, seeds=False)} over {cell['seeds']} finished of "
                        f"{len(cell['runs'])} runs "
-                       f"(chance {fmt(cell['chance'])}); evaluated on {task['eval_protocol'] or '?'} "
-                       f"({task['eval_examples'] or '?'} examples); model {model_summary(grid['model'])}; "
+                       f"(chance {fmt(cell['chance'])}); evaluated on {task['eval_protocol'] or '?'}; "
+                       f"model {model_summary(grid['model'])}; "
                        f"{cell['steps'] if cell['steps'] is not None else '?'} steps.")
             detailed = [r for r in cell["runs"] if r in runs]
             cells_data[cell["key"]] = {"title": title, "summary": summary, "runs": detailed,
@@ -78,8 +78,7 @@ def render(ctx: ReportContext) -> str | None:
         notes = [fmt(t["chance"]) for t in grid["tasks"]]
         title = "final accuracy" if len(all_grids) == 1 else grid["model_label"]
         svg = heatmap_svg(rows, cols, cells, title, row_notes=notes, uid=f"hm{g}", cell_w=140)  # room for n=…
-        protocols = "; ".join(f"{t['label']}: {t['eval_protocol']} ({t['eval_examples']} examples)"
-                              for t in grid["tasks"] if t["eval_protocol"])
+        protocols = "; ".join(f"{t['label']}: {t['eval_protocol']}" for t in grid["tasks"] if t["eval_protocol"])
         parts.append(f'<p class="grid-note">model <code>{esc(model_summary(grid["model"]))}</code></p>')
         parts.append(ctx.figure(svg, f"capability-{grid['model_label']}",
                                 f"Capability table as a heat map. Evaluated on — {protocols}"))
