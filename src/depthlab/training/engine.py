@@ -27,7 +27,7 @@ from ..config import RunConfig
 from ..models import TaskShapes, build_model
 from ..store import Store, atomic_write_bytes
 from .checkpoint import STOP_SIGNALS, WEIGHTS, CheckpointError, Owner, layout_of, load_checkpoint, save_checkpoint
-from .data import EVAL_SEED, GroupBatches, data_stream, eval_set
+from .data import EVAL_SEED, data_stream, eval_set, group_batches
 from .device import GraphedStep, autocast, graph_plan, prepare, resolve_device
 from .evaluate import evaluate, read_tensor
 from .footprint import check_group
@@ -53,7 +53,8 @@ class _Run:
     def __init__(self, config: RunConfig, run_id: str, folder: Path) -> None:
         self.config, self.id, self.folder = config, run_id, folder
         train = config.train
-        self.stream = data_stream(config.task, config.seed, train.batch_size, train.steps, train.train_examples)
+        self.stream = data_stream(config.task, config.seed, train.batch_size, train.steps, train.train_examples,
+                                  train.stream or 1)
         self.step = 0
         self.seen = 0  # examples since the last log point (their loss and hits are summed in Group.sums)
         self.final = False  # resumed from the checkpoint its final evaluation wrote (killed before recording it)
@@ -97,7 +98,7 @@ class Group:
         # each run's train loss and hits since its last log point, summed on the device: read at log points only
         self.sums = torch.zeros(len(self.runs), 2, dtype=torch.float64, device=self.device)
         self.loss_sums, self.hit_sums = self.sums.unbind(1)
-        self.batches = GroupBatches([run.stream for run in self.runs], self.device)
+        self.batches = group_batches([run.stream for run in self.runs], task, self.device)
         # the class's function, not a bound method: a group holding its own bound method is a reference cycle, and
         # its (GPU) memory would wait for the garbage collector instead of being given back when the group is dropped
         self.compiled_losses = torch.compile(Group.batch_losses, backend=COMPILE_BACKEND) if t.compile else None
