@@ -8,9 +8,10 @@
 #   bash benchmarks/gpu_check.sh --dry-run        # print the steps and their time limits, run nothing
 #
 # Steps (each under its own time limit, so the whole check ends in time whatever one step does):
-#   1. pytest -m gpu tests/test_gpu.py            the GPU tests (no other test file: optional packages)
+#   1. pytest -m gpu tests/test_gpu.py tests/test_gpu_families.py   the GPU tests (no other file: optional packages)
 #   2. depthlab bench --ops                       ATen operations and kernels per training step
-#   3. depthlab bench                             engine against plain loop at 1/16/64/256 runs, TF32 and bf16
+#   3. depthlab bench                             engine against plain loop at 1/16/64/256 runs, TF32 and bf16;
+#                                                 icqa-quick and retrieval with stream 2's batches (TF32)
 #   4. depthlab bench --case families             every seed 003 family (N = 100, 400; width 64, 256) at 1 and 64
 #                                                 runs against its plain loop (the LSTM's: torch.nn.LSTM), TF32
 #   5. depthlab reproduce seed001-depth --scale quick
@@ -48,7 +49,8 @@ if [ "$MODE" = small ]; then
 else
   DEVICE=cuda
   OPS_ARGS=(--runs 1,256)
-  BENCH_ARGS=(--runs 1,16,64,256 --seconds 0.5 --rounds 1)
+  BENCH_ARGS=(--runs 1,16,64,256 --seconds 0.5 --rounds 1 --case icqa-quick --case icqa-paper --case retrieval
+              --case icqa-quick-stream2 --case retrieval-stream2)
   FAMILY_ARGS=(--runs 1,64 --case families --seconds 0.25 --rounds 1)
   SMALL_SET=()
   # 480 s of steps, each start-up included: the check ends within 8 minutes. The families step is a first
@@ -58,7 +60,7 @@ else
 fi
 
 STEPS=(
-  "pytest-gpu|${LIMITS[0]}|$PY -m pytest -m gpu tests/test_gpu.py -q -p no:cacheprovider --junitxml=$OUT/pytest-gpu.xml"
+  "pytest-gpu|${LIMITS[0]}|$PY -m pytest -m gpu tests/test_gpu.py tests/test_gpu_families.py -q -p no:cacheprovider --junitxml=$OUT/pytest-gpu.xml"
   "ops|${LIMITS[1]}|$PY -m depthlab.cli bench --ops --device $DEVICE ${OPS_ARGS[*]} --json"
   "throughput|${LIMITS[2]}|$PY -m depthlab.cli bench --device $DEVICE ${BENCH_ARGS[*]} --json"
   "families|${LIMITS[3]}|$PY -m depthlab.cli bench --device $DEVICE ${FAMILY_ARGS[*]} --json"

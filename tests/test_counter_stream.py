@@ -12,7 +12,7 @@ from depthlab.config import parse_run
 from depthlab.errors import UserError
 from depthlab.store import Store
 from depthlab.tasks import TASKS
-from depthlab.tasks.counter import Counter, hash32
+from depthlab.tasks.counter import Counter, hash32, seed_keys
 from depthlab.training.data import CounterBatches, CounterStream
 
 
@@ -32,7 +32,7 @@ def test_hash32_is_lowbias32_on_every_range_of_32_bit_values():
 
 
 def batch(task, seeds, steps, size=64):
-    return task.sample_counter(Counter(torch.tensor(seeds), torch.tensor(steps), size))
+    return task.sample_counter(Counter(seed_keys(torch.tensor(seeds)), torch.tensor(steps), size))
 
 
 def test_a_run_s_batch_depends_on_its_seed_and_step_only_and_differs_across_both():

@@ -269,8 +269,9 @@ def capability(
 def bench(runs: Annotated[str | None, typer.Option(help="group sizes to measure, comma-separated "
                                                         "(default 1,4,16,64; with --ops 1,16)")] = None,
           case: Annotated[list[str] | None, typer.Option(help="icqa-quick, icqa-paper, retrieval (the default "
-                                                         "three), a family case such as mamba-n400-w64, or "
-                                                         "families (all 24)")] = None,
+                                                         "three), icqa-quick-stream2, retrieval-stream2, a "
+                                                         "family case such as mamba-n400-w64, or families "
+                                                         "(all 24)")] = None,
           seconds: Annotated[float, typer.Option(min=0.1, help="minimum seconds per measurement")] = 1.0,
           rounds: Annotated[int, typer.Option(min=1, help="interleaved repetitions; rates are their medians")] = 3,
           device: Annotated[str, typer.Option("--device", help="cpu, cuda or cuda:N: where both train")] = "cpu",

@@ -1,10 +1,11 @@
 """The cases of ``depthlab bench`` (issue 29, issue 45 item 4): what is trained, at which shapes, and the plain-loop
 model an LSTM case is compared with.
 
-The three original cases (``icqa-quick``, ``icqa-paper``, ``retrieval``) are the default. The family cases are every
-model seed 003 trains at its index-lookup shapes (§6, App. H.1: alphabet 64, batch 64, Adam lr 1e-3): the GPT-style
-transformer (1 layer, 4 heads, learned positions, as the preset's), the LSTM (1 layer) and the four other recurrent
-families (2 layers; 4 heads where they have heads), at N = 100 and 400 and widths 64 and 256 — named
+The three original cases (``icqa-quick``, ``icqa-paper``, ``retrieval``) are the default; ``icqa-quick-stream2`` and
+``retrieval-stream2`` are two of them with stream version 2's batches, made on the device. The family cases are
+every model seed 003 trains at its index-lookup shapes (§6, App. H.1: alphabet 64, batch 64, Adam lr 1e-3): the
+GPT-style transformer (1 layer, 4 heads, learned positions, as the preset's), the LSTM (1 layer) and the four other
+recurrent families (2 layers; 4 heads where they have heads), at N = 100 and 400 and widths 64 and 256 — named
 ``<family>-n<N>-w<width>``; ``--case families`` selects all 24. Their plain loop is the same model class with one
 run, except the LSTM's: ``torch.nn.LSTM`` itself (cuDNN on a GPU) between an ``nn.Embedding`` and the engine's
 LSTM's read-out (``nn.LayerNorm``, ``nn.Linear``), one run at a time (:class:`TorchLSTM`).
@@ -44,6 +45,12 @@ CASES = [
     }, "seed 002 §7.1 GPT-style shapes: width 128, 8 heads, MLP, 4 layers, sequences of 29 tokens "
        "(N = 4, D = 3 gives 28), batch 128; token inputs stand in for the vector task"),
 ]
+
+# The same two cases with their batches from stream version 2 (``train.stream: 2``: made on the device by a
+# counter-based generator): their data share and rate against the default cases' in the same run.
+CASES += [Case(f"{c.name}-stream2", {**c.raw, "train": {**c.raw["train"], "stream": 2}},
+               f"{c.note}; batches from stream 2 (made on the device)", default=False)
+          for c in CASES if c.name in ("icqa-quick", "retrieval")]
 
 FAMILIES = "families"  # the --case that selects every family case
 FAMILY_MODELS: dict[str, dict[str, Any]] = {

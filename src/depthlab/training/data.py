@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from ..tasks import Batch, Task
-from ..tasks.counter import Counter
+from ..tasks.counter import Counter, seed_keys
 from .device import copy_to, to_device
 
 EXHAUSTIVE_EVAL_LIMIT = 400_000  # evaluate on the whole dataset when it has at most this many examples
@@ -202,12 +202,12 @@ class CounterBatches:
 
     def __init__(self, streams: list[CounterStream], task: Task, device: torch.device) -> None:
         self.streams, self.task, self.device = streams, task, device
-        self.seeds = torch.tensor([s.seed for s in streams], dtype=torch.int64, device=device)
+        self.keys = seed_keys(torch.tensor([s.seed for s in streams], dtype=torch.int64, device=device))
         self.steps = torch.tensor([s.drawn for s in streams], dtype=torch.int64, device=device)
 
     def next(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Every run's next batch: inputs [runs, batch, …] and targets [runs, batch] on the device."""
-        batch = self.task.sample_counter(Counter(self.seeds, self.steps, self.streams[0].batch_size))
+        batch = self.task.sample_counter(Counter(self.keys, self.steps, self.streams[0].batch_size))
         self.steps += 1
         for stream in self.streams:
             stream.drawn += 1
@@ -220,7 +220,7 @@ class CounterBatches:
     def select_runs(self, keep: list[int]) -> None:
         index = torch.tensor(keep, dtype=torch.long, device=self.device)
         self.streams = [self.streams[r] for r in keep]
-        self.seeds, self.steps = self.seeds[index], self.steps[index]
+        self.keys, self.steps = self.keys[index], self.steps[index]
 
 
 def group_batches(streams: list, task: Task, device: torch.device) -> GroupBatches | CounterBatches:
