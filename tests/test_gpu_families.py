@@ -81,3 +81,20 @@ def test_every_family_s_step_is_one_cuda_graph(tmp_path, family):
     for _ in range(6):
         group.step()
     assert group.step_mode().startswith("cuda graph"), group.step_mode()
+
+
+def test_stream_two_inside_the_graph_trains_as_eager_stream_two(tmp_path):
+    """The batch made inside the captured step advances each run's counter on every replay: 50 graphed steps end
+    where 50 eager ones do."""
+    from depthlab.sweeps.local import run_local
+
+    raw = {"task": {"name": "icqa", "k": 3, "n_q": 8, "n_a": 8}, "model": {"name": "transformer", "layers": 1,
+                                                                           "width": 32},
+           "train": {"optimizer": "adamw", "lr": 0.003, "steps": 50, "eval_every": 25, "batch_size": 32,
+                     "device": "cuda", "stream": 2}}
+    graphed = run_local([parse_run({**raw, "seed": s}) for s in (0, 1)], Store(tmp_path / "graphed"))
+    eager = run_local([parse_run({**raw, "train": {**raw["train"], "cuda_graph": "off"}, "seed": s}) for s in (0, 1)],
+                      Store(tmp_path / "eager"))
+    for run_id, result in eager.items():
+        assert graphed[run_id]["step_mode"].startswith("cuda graph")
+        assert graphed[run_id]["loss"] == pytest.approx(result["loss"], rel=1e-3, abs=1e-5)

@@ -207,11 +207,21 @@ class CounterBatches:
 
     def next(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Every run's next batch: inputs [runs, batch, …] and targets [runs, batch] on the device."""
+        batch = self.sample()
+        self.count()
+        return batch
+
+    def sample(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The next batch, the step counters advanced on the device: device work only, so a CUDA graph can hold
+        it (the engine captures it with the training step); :meth:`count` then does the host's book-keeping."""
         batch = self.task.sample_counter(Counter(self.keys, self.steps, self.streams[0].batch_size))
         self.steps += 1
+        return batch
+
+    def count(self) -> None:
+        """One more batch drawn by every run (what checkpoints record)."""
         for stream in self.streams:
             stream.drawn += 1
-        return batch
 
     def reload(self, r: int) -> None:
         """Run r's stream was restored (from a checkpoint): its counter continues from there."""

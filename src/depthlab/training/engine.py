@@ -27,7 +27,7 @@ from ..config import RunConfig
 from ..models import TaskShapes, build_model
 from ..store import Store, atomic_write_bytes
 from .checkpoint import STOP_SIGNALS, WEIGHTS, CheckpointError, Owner, layout_of, load_checkpoint, save_checkpoint
-from .data import EVAL_SEED, data_stream, eval_set, group_batches
+from .data import EVAL_SEED, CounterBatches, data_stream, eval_set, group_batches
 from .device import GraphedStep, autocast, graph_plan, prepare, resolve_device
 from .evaluate import evaluate, read_tensor
 from .footprint import check_group
@@ -145,14 +145,20 @@ class Group:
         hits = per_run_correct(outputs, y, self.task.loss, self.task.accuracy_over)
         self.hit_sums.add_(math.nan if hits is None else hits)
 
+    def sampled_step(self) -> None:
+        """Make the batch on the device and train on it (stream 2): the whole step is one CUDA graph."""
+        self.train_step(*self.batches.sample())
+
     def step(self) -> None:
-        x, y = self.next_batch()
-        if self.graphed is None:
-            self.train_step(x, y)
+        if self.graphed is not None and isinstance(self.batches, CounterBatches):
+            self.graphed(self.sampled_step)
+            self.batches.count()
+        elif self.graphed is None:
+            self.train_step(*self.next_batch())
         else:
-            self.graphed(self.train_step, x, y)
-            if self.graphed.failure is not None:  # the step cannot be a graph: eager from now on, and say why
-                self.eager_because, self.graphed = self.graphed.mode(), None
+            self.graphed(self.train_step, *self.next_batch())
+        if self.graphed is not None and self.graphed.failure is not None:  # eager from now on, and say why
+            self.eager_because, self.graphed = self.graphed.mode(), None
         for run in self.runs:
             run.step += 1
             run.seen += self.train.batch_size
