@@ -24,7 +24,7 @@ class Case:
     name: str
     raw: dict[str, Any]
     note: str
-    default: bool = True  # measured when no --case is given
+    group: str = "default"  # "default": measured when no --case is given; "families": what --case families selects
 
 
 CASES = [
@@ -49,7 +49,7 @@ CASES = [
 # The same two cases with their batches from stream version 2 (``train.stream: 2``: made on the device by a
 # counter-based generator): their data share and rate against the default cases' in the same run.
 CASES += [Case(f"{c.name}-stream2", {**c.raw, "train": {**c.raw["train"], "stream": 2}},
-               f"{c.note}; batches from stream 2 (made on the device)", default=False)
+               f"{c.note}; batches from stream 2 (made on the device)", group="stream2")
           for c in CASES if c.name in ("icqa-quick", "retrieval")]
 
 FAMILIES = "families"  # the --case that selects every family case
@@ -68,7 +68,7 @@ CASES += [
         "model": {"name": family, "width": width, **shape},
         "train": {"optimizer": "adamw", "lr": 0.001, "batch_size": 64},
     }, f"seed 003 index lookup (§6, App. H.1), N = {n}: {family}, width {width}, {shape['layers']} layer(s), "
-       "batch 64", default=False)
+       "batch 64", group=FAMILIES)
     for family, shape in FAMILY_MODELS.items() for n in (100, 400) for width in (64, 256)
 ]
 
@@ -80,8 +80,8 @@ def case_names() -> list[str]:
 def chosen_cases(names: list[str] | None) -> list[Case]:
     """The cases ``--case`` names (``families``: every family case), or the default ones."""
     if not names:
-        return [c for c in CASES if c.default]
-    return [c for c in CASES if c.name in names or (FAMILIES in names and not c.default)]
+        return [c for c in CASES if c.group == "default"]
+    return [c for c in CASES if c.name in names or c.group in names]
 
 
 class TorchLSTM(torch.nn.Module):

@@ -186,7 +186,7 @@ def run_benchmark(run_counts: list[int], cases: list[str] | None = None, min_sec
     both = where.type != "cpu"
     # the family cases in fp32 (TF32) only: 24 of them in both precisions would not fit gpu_check.sh's 8 minutes
     plan = [(c, p) for c in chosen
-            for p in (["fp32", "bf16"] if (both and c.default) or c.name == "icqa-paper" else ["fp32"])]
+            for p in (["fp32", "bf16"] if (both and c.group == "default") or c.name == "icqa-paper" else ["fp32"])]
     for case, precision in plan:
         base = bench_configs(case, 1, precision, device)[0]
         flops = 3 * forward_flops(base)
