@@ -80,6 +80,20 @@ def test_index_lookup_counter_examples_follow_the_definition(padding):
     assert np.abs(np.bincount(k - 10) - len(k) / 21).max() < 5 * np.sqrt(len(k) / 21)
 
 
+def test_mqar_counter_examples_follow_the_definition():
+    task = TASKS["mqar"](pairs=6, queries=4, n_keys=20, n_values=10)
+    x, y = batch(task, [2], [3], size=5000)
+    x, y = x[0].numpy(), y[0].numpy()
+    keys, values, queries = x[:, 0:12:2], x[:, 1:12:2] - 20, x[:, 12:]
+    assert (np.sort(keys, 1)[:, 1:] != np.sort(keys, 1)[:, :-1]).all()
+    assert (np.sort(queries, 1)[:, 1:] != np.sort(queries, 1)[:, :-1]).all() and np.isin(queries, keys).all()
+    where = (queries[:, :, None] == keys[:, None, :]).argmax(-1)  # which pair each query asks for
+    assert np.array_equal(y, np.take_along_axis(values, where, 1))  # the target is the queried key's value
+    for counts, expected in ((np.bincount(keys.ravel(), minlength=20), 6 * 5000 / 20),
+                             (np.bincount(values.ravel(), minlength=10), 6 * 5000 / 10)):
+        assert np.abs(counts - expected).max() < 5 * np.sqrt(expected)
+
+
 def test_counter_batches_advance_each_run_and_resume_where_a_checkpoint_says():
     task = TASKS["index_lookup"](N=12)
     streams = [CounterStream(seed, 16) for seed in (1, 2)]
@@ -109,7 +123,7 @@ def test_stream_two_is_a_new_run_id_and_leaving_it_unset_keeps_today_s():
 
 
 def test_stream_two_on_a_task_without_it_or_with_a_fixed_set_is_one_clear_error():
-    with pytest.raises(UserError, match=r"train.stream: 2 is made on the device for the tasks icqa, index_lookup"):
+    with pytest.raises(UserError, match=r"train.stream: 2 is made on the device for the tasks .*; task memorization"):
         parse_run({**RAW, "task": {"name": "memorization"}, "train": {**RAW["train"], "stream": 2}})
     with pytest.raises(UserError, match="leave train_examples unset"):
         parse_run({**RAW, "train": {**RAW["train"], "stream": 2, "train_examples": 64}})

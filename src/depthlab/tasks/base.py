@@ -145,7 +145,7 @@ class Task(BaseModel):
 
     def sample_counter(self, counter: Counter) -> tuple[torch.Tensor, torch.Tensor]:
         """One step's training examples of R runs from ``counter`` (``tasks.counter``): inputs [R, B, …] and
-        targets [R, B], on the counter's device; the same distribution as ``sample(…, "train")``."""
+        targets [R, B, …], on the counter's device; the same distribution as ``sample(…, "train")``."""
         raise NotImplementedError
 
     def dataset_size(self, split: str = "eval") -> int:
