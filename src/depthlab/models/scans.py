@@ -116,8 +116,8 @@ def chunkwise_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gamma
     if chunks > 1:
         if gamma is None:
             kv, ksum = k.transpose(-1, -2) @ v, k.sum(-2)  # per chunk: Σ k vᵀ [..., chunks, d, e] and Σ k
-            out = out + q @ (kv.cumsum(-3) - kv)  # the state after the chunks before each chunk
-            norm = norm + (q * (ksum.cumsum(-2) - ksum).unsqueeze(-2)).sum(-1)
+            out = out + q @ _sum_before(kv, -3)  # the state after the chunks before each chunk
+            norm = norm + (q * _sum_before(ksum, -2).unsqueeze(-2)).sum(-1)
         else:
             to_end = _powers(log_gamma, size - 1 - steps[None], q.dtype)  # γ^(C−1−j) [heads, 1, C]
             kv = (k * to_end[..., None]).transpose(-1, -2) @ v  # [..., heads, chunks, d, e]
@@ -128,6 +128,12 @@ def chunkwise_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gamma
             out = out + (q * from_start) @ before
     out = out.flatten(-3, -2)[..., :n, :]
     return out, None if norm is None else norm.flatten(-2)[..., :n]
+
+
+def _sum_before(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """The exclusive cumulative sum along ``dim`` (not cumsum − x: in bf16 that difference loses the small terms)."""
+    total = x.narrow(dim, 0, x.shape[dim] - 1).cumsum(dim)
+    return torch.cat([torch.zeros_like(x.narrow(dim, 0, 1)), total], dim=dim)
 
 
 def _powers(log_base: torch.Tensor, exponent: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
