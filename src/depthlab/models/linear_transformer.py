@@ -8,13 +8,13 @@ recurrence over a d_head × d_head state per head:
 
 Training uses the parallel form up to 64 positions (quadratic in n, one batched product per run and head) and the
 chunkwise form beyond (``scans.chunkwise_attention``: the quadratic form within chunks of 64, the running state
-across them; at n = 400, batch 64, 4 heads of 16, one thread, forward and backward took 0.34 s against 2.7 s);
-``recurrent`` is the recurrence transcribed step by step, and the tests check that the two agree. Blocks are GPT-2
-style (pre-LayerNorm, the attention above with W_Q, W_K, W_V, W_O, then a GELU MLP), with learned absolute
-positions: without them the causal prefix sum is a bag of tokens and no
-order-dependent task (index lookup, equality) could be represented. The paper's version is its "own custom
-implementation"; this one is written here because no maintained library runs it without CUDA kernels (the
-``flash-linear-attention`` kernels need Triton and a GPU). State size: layers · heads · d_head · (d_head + 1).
+across them; at n = 400, batch 64, 4 heads of 16, one thread, the attention's forward and backward took 0.34 s
+against 2.7 s); ``recurrent`` is the recurrence transcribed step by step, and the tests check that the two agree.
+Blocks are GPT-2 style (pre-LayerNorm, the attention above with W_Q, W_K, W_V, W_O, then a GELU MLP), with learned
+absolute positions: without them the causal prefix sum is a bag of tokens and no order-dependent task (index lookup,
+equality) could be represented. The paper's version is its "own custom implementation"; this one is written here
+because no maintained library runs it without CUDA kernels (the ``flash-linear-attention`` kernels need Triton and a
+GPU). State size: layers · heads · d_head · (d_head + 1).
 Hooks: ``attn.hook_q``/``hook_k`` before the feature map, ``hook_v``, ``hook_z`` (out above, per head), and
 ``hook_state``: [S_t | z_t] per head, [R, B, n, heads, d_head, d_head + 1].
 """
