@@ -8,11 +8,17 @@
 #   bash benchmarks/gpu_check.sh --dry-run        # print the steps and their time limits, run nothing
 #
 # Steps (each under its own time limit, so the whole check ends in time whatever one step does):
-#   1. pytest -m gpu tests/test_gpu.py            the GPU tests (no other test file: optional packages)
+#   1. pytest -m gpu tests/test_gpu.py tests/test_gpu_families.py   the GPU tests (no other file: optional packages)
 #   2. depthlab bench --ops                       ATen operations and kernels per training step
-#   3. depthlab bench                             engine against plain loop at 1/16/64/256 runs, TF32 and bf16
-#   4. depthlab reproduce seed001-depth --scale quick
-#   5. depthlab reproduce seed001-depth --scale paper --workers-per-device auto
+#   3. depthlab bench                             engine against plain loop at 1/16/64/256 runs, TF32 and bf16;
+#                                                 icqa-quick and retrieval with stream 2's batches (TF32)
+#   4. depthlab bench --case families             every seed 003 family (N = 100, 400; width 64, 256) at 1 and 64
+#                                                 runs against its plain loop (the LSTM's: torch.nn.LSTM), TF32
+#   5. depthlab reproduce seed001-depth --scale quick
+#   6. depthlab reproduce seed001-depth --scale paper --workers-per-device auto
+#
+# A bench step stopped at its limit still leaves every row it measured (one JSON line each in its .err file;
+# the summary collects them).
 #
 # Nothing is installed from the network. depthlab runs from src/ (PYTHONPATH=src); when pydantic is missing and
 # DEPTHLAB_WHEELS names a folder of wheels (pydantic, pydantic-core, annotated-types, typing-inspection,
@@ -35,25 +41,31 @@ if [ "$MODE" = small ]; then
   DEVICE=cpu
   OPS_ARGS=(--runs 1 --case icqa-quick)
   BENCH_ARGS=(--runs 1,2 --case icqa-quick --seconds 0.1 --rounds 1)
+  FAMILY_ARGS=(--runs 1,2 --case lstm-n100-w64 --case mamba-n100-w64 --seconds 0.1 --rounds 1)
   SMALL_SET=(--set train.steps=6 --set train.eval_every=3 --set train.eval_examples=64 --set sweep.seed=[0]
              --set sweep.model.layers=[1])
-  LIMITS=(600 600 600 600 600)  # a shared CPU can be slow; the script, not the timing, is what is checked
+  LIMITS=(600 600 600 600 600 600)  # a shared CPU can be slow; the script, not the timing, is what is checked
   PAPER=quick  # paper sizes at 6 steps would still build the paper's evaluation sets on the CPU
 else
   DEVICE=cuda
   OPS_ARGS=(--runs 1,256)
-  BENCH_ARGS=(--runs 1,16,64,256 --seconds 0.5 --rounds 1)
+  BENCH_ARGS=(--runs 1,16,64,256 --seconds 0.5 --rounds 1 --case icqa-quick --case icqa-paper --case retrieval
+              --case icqa-quick-stream2 --case retrieval-stream2)
+  FAMILY_ARGS=(--runs 1,64 --case families --seconds 0.25 --rounds 1)
   SMALL_SET=()
-  LIMITS=(130 40 100 40 170)  # 480 s of steps, each start-up included: the check ends within 8 minutes
+  # 480 s of steps, each start-up included: the check ends within 8 minutes. The families step is a first
+  # estimate (24 cases × 3 measurements of 0.25 s, each after 5 warm-up steps and a capture); it never ran on a GPU.
+  LIMITS=(100 30 80 120 30 120)
   PAPER=paper
 fi
 
 STEPS=(
-  "pytest-gpu|${LIMITS[0]}|$PY -m pytest -m gpu tests/test_gpu.py -q -p no:cacheprovider --junitxml=$OUT/pytest-gpu.xml"
+  "pytest-gpu|${LIMITS[0]}|$PY -m pytest -m gpu tests/test_gpu.py tests/test_gpu_families.py -q -p no:cacheprovider --junitxml=$OUT/pytest-gpu.xml"
   "ops|${LIMITS[1]}|$PY -m depthlab.cli bench --ops --device $DEVICE ${OPS_ARGS[*]} --json"
   "throughput|${LIMITS[2]}|$PY -m depthlab.cli bench --device $DEVICE ${BENCH_ARGS[*]} --json"
-  "seed001-depth-quick|${LIMITS[3]}|$PY -m depthlab.cli reproduce seed001-depth --scale quick --device $DEVICE --store $OUT/store-quick --out $OUT/figures ${SMALL_SET[*]} --json"
-  "seed001-depth-paper|${LIMITS[4]}|$PY -m depthlab.cli reproduce seed001-depth --scale $PAPER --device $DEVICE --workers-per-device auto --store $OUT/store-paper --out $OUT/figures ${SMALL_SET[*]} --json"
+  "families|${LIMITS[3]}|$PY -m depthlab.cli bench --device $DEVICE ${FAMILY_ARGS[*]} --json"
+  "seed001-depth-quick|${LIMITS[4]}|$PY -m depthlab.cli reproduce seed001-depth --scale quick --device $DEVICE --store $OUT/store-quick --out $OUT/figures ${SMALL_SET[*]} --json"
+  "seed001-depth-paper|${LIMITS[5]}|$PY -m depthlab.cli reproduce seed001-depth --scale $PAPER --device $DEVICE --workers-per-device auto --store $OUT/store-paper --out $OUT/figures ${SMALL_SET[*]} --json"
 )
 
 # shellcheck source=benchmarks/check_steps.sh

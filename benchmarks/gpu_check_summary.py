@@ -41,11 +41,25 @@ def test_counts(path: Path) -> dict[str, int] | None:
 
 
 def printed_json(path: Path) -> Any:
-    """The one JSON object a ``--json`` command printed (None when it printed none, e.g. it was stopped)."""
+    """The one JSON object a ``--json`` command printed; for a bench stopped before it printed one, the rows it
+    streamed to stderr (one JSON line each) as ``{"stopped": true, "cases": [...]}``; else None."""
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):
+        pass
+    try:
+        lines = path.with_suffix(".err").read_text().splitlines()
+    except OSError:
         return None
+    rows = []
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict) and "name" in row:
+            rows.append(row)
+    return {"stopped": True, "cases": rows} if rows else None
 
 
 def main(out: Path, mode: str, started: float, finished: float) -> dict[str, Any]:

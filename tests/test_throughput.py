@@ -41,3 +41,47 @@ def test_bench_ops_counts_a_step_whatever_the_group_size_and_its_parts_inside_it
     assert one["ops"] == three["ops"] and one["optimizer_ops"] == three["optimizer_ops"]
     assert one["optimizer_ops"] > 0 and one["data_ops"] > 0 and one["optimizer_ops"] + one["data_ops"] < one["ops"]
     assert "kernels" not in one
+
+
+def test_family_cases_cover_every_family_at_seed_003s_shapes_and_stay_out_of_the_default():
+    from depthlab.training.bench_cases import FAMILY_MODELS, chosen_cases
+
+    families = chosen_cases(["families"])
+    shapes = {(parse_run(c.raw).model.name, parse_run(c.raw).task.N, parse_run(c.raw).model.width) for c in families}
+    assert shapes == {(f, n, w) for f in FAMILY_MODELS for n in (100, 400) for w in (64, 256)}
+    assert len(families) == 24 and {c.name for c in chosen_cases(None)} == {"icqa-quick", "icqa-paper", "retrieval"}
+    assert [c.name for c in chosen_cases(["mamba-n400-w64"])] == ["mamba-n400-w64"]
+
+
+def test_the_lstm_plain_loop_is_the_same_function_as_the_engine_s_lstm():
+    """The LSTM case's plain loop (torch.nn.LSTM between nn.Embedding and nn.Linear) computes what the engine's
+    run-axis LSTM does, given the same weights: the ratio compares the same model."""
+    import torch
+
+    from depthlab.models import TaskShapes, build_model
+    from depthlab.training.bench_cases import TorchLSTM
+
+    config = parse_run({"task": {"name": "index_lookup", "N": 12}, "model": {"name": "lstm", "width": 8, "layers": 2}})
+    shapes = TaskShapes.of(config.task)
+    ours = build_model(config.model, shapes, [3])
+    plain = TorchLSTM(shapes.vocab_size, 8, 2, shapes.n_classes)
+    with torch.no_grad():
+        plain.embed.weight.copy_(ours.param("embed.W_E")[0])
+        for name, p in plain.lstm.named_parameters():
+            p.copy_(ours.param(f"lstm.{name}")[0])
+        plain.ln_final.weight.copy_(ours.param("ln_final.w")[0])
+        plain.ln_final.bias.copy_(ours.param("ln_final.b")[0])
+        plain.unembed.weight.copy_(ours.param("unembed.W_U")[0].T)
+        plain.unembed.bias.copy_(ours.param("unembed.b_U")[0])
+    tokens = torch.randint(0, shapes.vocab_size, (1, 5, shapes.seq_len), generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(plain(tokens), ours(tokens).outputs)
+
+
+def test_bench_names_an_unknown_case_and_the_allowed_ones():
+    from depthlab.errors import UserError
+
+    result = CliRunner().invoke(app, ["bench", "--case", "mamba-n999-w64", "--json"])
+    assert isinstance(result.exception, UserError)  # the error boundary's one line, exit code 2
+    message = str(result.exception)
+    assert message.startswith("--case: unknown case 'mamba-n999-w64'") and "mamba-n400-w64" in message
+    assert message.endswith("families")

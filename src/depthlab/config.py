@@ -97,6 +97,9 @@ class TrainSpec(BaseModel):
     train_examples: int | None = Field(None, ge=1, le=2**30,
                                        description="a fixed training set of this many examples, cycled (seed 002 "
                                                    "§7.1: 2^20); None = fresh examples every step")
+    stream: Literal[1, 2] | None = Field(None, description="training-data stream version: 1 (None) the host's numpy "
+                                         "generator, 2 a counter-based one on the run's device (icqa, "
+                                         "index_lookup, mqar; fresh examples only)")
     eval_every: int = Field(100, ge=1, le=MAX_STEPS, description="log train and eval metrics every this many steps")
     eval_examples: int = Field(2048, ge=1, le=MAX_EXAMPLES,
                                description="eval examples per log point (the final eval uses all)")
@@ -147,6 +150,8 @@ class TrainSpec(BaseModel):
         if self.train_examples is not None and self.train_examples % self.batch_size:
             raise ValueError(f"train_examples ({self.train_examples}) must be a multiple of batch_size "
                              f"({self.batch_size})")
+        if self.stream == 2 and self.train_examples is not None:
+            raise ValueError("stream 2 makes fresh examples every step: leave train_examples unset")
         return self
 
 
@@ -168,7 +173,8 @@ class ResourceSpec(BaseModel):
 EXECUTION_FIELDS = frozenset({"device", "compile", "cuda_graph", "workers_per_device"})
 # train fields added after runs were stored, and the value (each one's default: what runs stored before it did)
 # at which a run's config leaves them out, so stored run ids stay valid
-UNSET_LEFT_OUT: dict[str, Any] = {"train_examples": None, "schedule": "constant", "lr_min": 0.0}
+UNSET_LEFT_OUT: dict[str, Any] = {"train_examples": None, "stream": None, "schedule": "constant",
+                                   "lr_min": 0.0}
 
 
 class RunConfig(BaseModel):
@@ -261,6 +267,10 @@ def parse_run(raw: dict[str, Any]) -> RunConfig:
         raise UserError(_format_error("train", e, list(TrainSpec.model_fields))) from None
     except TypeError:
         raise UserError("train: must be a mapping of training settings") from None
+    if train.stream == 2 and not task.counter_sampling:
+        counted = ", ".join(name for name, cls in TASKS.items() if cls.counter_sampling)
+        raise UserError(f"train.stream: 2 is made on the device for the tasks {counted} only; task {task.name} "
+                        "has stream 1")
     seed = raw.get("seed", 0)
     if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= MAX_SEED:
         raise UserError(f"seed: must be a non-negative integer below 2**63 (got {_show(seed)})")

@@ -269,7 +269,10 @@ def capability(
 @app.command()
 def bench(runs: Annotated[str | None, typer.Option(help="group sizes to measure, comma-separated "
                                                         "(default 1,4,16,64; with --ops 1,16)")] = None,
-          case: Annotated[list[str] | None, typer.Option(help="icqa-quick, icqa-paper or retrieval")] = None,
+          case: Annotated[list[str] | None, typer.Option(help="icqa-quick, icqa-paper, retrieval (the default "
+                                                         "three), icqa-quick-stream2, retrieval-stream2, a "
+                                                         "family case such as mamba-n400-w64, or families "
+                                                         "(all 24)")] = None,
           seconds: Annotated[float, typer.Option(min=0.1, help="minimum seconds per measurement")] = 1.0,
           rounds: Annotated[int, typer.Option(min=1, help="interleaved repetitions; rates are their medians")] = 3,
           device: Annotated[str, typer.Option("--device", help="cpu, cuda or cuda:N: where both train")] = "cpu",
@@ -278,9 +281,10 @@ def bench(runs: Annotated[str | None, typer.Option(help="group sizes to measure,
           json_out: JsonOpt = False) -> None:
     """Measure the batched engine against a plain loop and the machine's peak, or count the operations of its
     training step with --ops (see benchmarks/)."""
-    from ..training.throughput import CASES, check_sizes, run_benchmark
+    from ..training.bench_cases import case_names
+    from ..training.throughput import check_sizes, run_benchmark
 
-    known = [c.name for c in CASES]
+    known = case_names()
     for name in case or []:
         if name not in known:
             raise UserError(f"--case: unknown case {name!r}; allowed: {', '.join(known)}")
@@ -297,7 +301,7 @@ def bench(runs: Annotated[str | None, typer.Option(help="group sizes to measure,
         _bench_ops(counts, case, device, json_out)
         return
     show_row = _row_printer(json_out, lambda row: console.print(
-        f"{row['name']:<11} {row['precision']} R={row['runs']:<3} plain {row['plain_examples_per_s']:>10,.0f}/s "
+        f"{row['name']:<28} {row['precision']} R={row['runs']:<3} plain {row['plain_examples_per_s']:>10,.0f}/s "
         f"engine {row['engine_examples_per_s']:>10,.0f}/s  ×{row['speedup']:<6} "
         f"{row['fraction_of_peak']:.0%} of peak  data {row['data_fraction']:.1%}"))
     result = run_benchmark(counts, case, seconds, progress=show_row, rounds=rounds, device=device)
@@ -320,7 +324,7 @@ def _bench_ops(counts: list[int], case: list[str] | None, device: str, json_out:
     from ..training.opcount import count_ops
 
     show_row = _row_printer(json_out, lambda row: console.print(
-        f"{row['name']:<11} R={row['runs']:<3} {row['parameter_tensors']:>3} parameter tensors: "
+        f"{row['name']:<28} R={row['runs']:<3} {row['parameter_tensors']:>3} parameter tensors: "
         f"{row['ops']:>7,.0f} ATen ops/step ({row['top_ops']:,.0f} called directly; optimizer "
         f"{row['optimizer_ops']:,.0f}, data {row['data_ops']:,.0f})"
         + (f", {row['kernels']:,.0f} kernels" if "kernels" in row else "")))

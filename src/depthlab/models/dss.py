@@ -11,8 +11,10 @@ with Λ_n = −exp(Λ_re,n) + iΛ_im,n shared by the channels of a layer (as DSS
 exp(log_dt_h). Initialisation: Λ_n = −1/2 + iπn (S4D-Lin, the diagonal approximation of HiPPO DSS starts from),
 log Δ uniform in [log 0.001, log 0.1], W complex normal with variance 1/2 per part, D = 1. A block is
 pre-LayerNorm, the SSM, GELU, a linear output map and the residual (the S4/DSS block), with an optional GELU
-MLP. Training uses the FFT convolution; ``recurrent`` runs the recurrence step by step and the tests
-check that they agree. Written here because the authors' implementation (``state-spaces``) is a research
+MLP. Training uses the FFT convolution (the parallel form, O(n log n), on every device: a chunked scan would
+materialise the [R, B, n, width, N] complex states that the convolution never forms); ``recurrent`` runs the
+recurrence step by step, ``chunked_states`` as the chunked parallel scan (``hook_state`` on an accelerator), and
+the tests check that all three agree. Written here because the authors' implementation (``state-spaces``) is a research
 repository, not an installable library, and has no run axis. State size: layers · width · N complex numbers
 (2 reals each); ``hook_state`` gives x_l, complex, [R, B, n, width, N].
 """
@@ -29,6 +31,7 @@ from pydantic import Field
 from .base import register
 from .components import Init, bias, fixed_table, per_run
 from .recurrent import Mixer, RecurrentSpec, ResidualBlock, SequenceStack
+from .scans import chunked_scan, chunks_pay
 
 
 @register
@@ -105,8 +108,13 @@ class DiagonalSSM(Mixer):
     def recurrent(self, x: torch.Tensor) -> torch.Tensor:
         return self.finish(x, self.scan(x)[1])
 
+    def chunked_states(self, x: torch.Tensor) -> torch.Tensor:
+        """The states x_l [R, B, n, d, N] by the chunked parallel scan (``scans.chunked_scan``)."""
+        step, b_bar, _ = self.discretised()
+        return chunked_scan(step[:, None, None], b_bar[:, None, None] * x[..., None])
+
     def states(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.stack(self.scan(x)[0], dim=2)
+        return self.chunked_states(x) if chunks_pay(x) else torch.stack(self.scan(x)[0], dim=2)
 
 
 class DSS(SequenceStack):

@@ -6,13 +6,15 @@ recurrence over a d_head × d_head state per head:
     S_t = S_{t-1} + φ(k_t) v_tᵀ,   z_t = z_{t-1} + φ(k_t),   out_t = S_tᵀ φ(q_t) / (z_tᵀ φ(q_t))      (recurrent)
     out = (mask ⊙ φ(Q) φ(K)ᵀ) V / rowsum(mask ⊙ φ(Q) φ(K)ᵀ)                                         (parallel)
 
-Training uses the parallel form (quadratic in n, one batched product per run and head, fast on a CPU at the
-lengths of seed 003); ``recurrent`` is the recurrence transcribed step by step, and the tests check that
-the two agree. Blocks are GPT-2 style (pre-LayerNorm, the attention above with W_Q, W_K, W_V, W_O, then a GELU
-MLP), with learned absolute positions: without them the causal prefix sum is a bag of tokens and no
-order-dependent task (index lookup, equality) could be represented. The paper's version is its "own custom
-implementation"; this one is written here because no maintained library runs it without CUDA kernels (the
-``flash-linear-attention`` kernels need Triton and a GPU). State size: layers · heads · d_head · (d_head + 1).
+Training uses the parallel form up to 64 positions (quadratic in n, one batched product per run and head) and the
+chunkwise form beyond (``scans.chunkwise_attention``: the quadratic form within chunks of 64, the running state
+across them; at n = 400, batch 64, 4 heads of 16, one thread, the attention's forward and backward took 0.34 s
+against 2.7 s); ``recurrent`` is the recurrence transcribed step by step, and the tests check that the two agree.
+Blocks are GPT-2 style (pre-LayerNorm, the attention above with W_Q, W_K, W_V, W_O, then a GELU MLP), with learned
+absolute positions: without them the causal prefix sum is a bag of tokens and no order-dependent task (index lookup,
+equality) could be represented. The paper's version is its "own custom implementation"; this one is written here
+because no maintained library runs it without CUDA kernels (the ``flash-linear-attention`` kernels need Triton and a
+GPU). State size: layers · heads · d_head · (d_head + 1).
 Hooks: ``attn.hook_q``/``hook_k`` before the feature map, ``hook_v``, ``hook_z`` (out above, per head), and
 ``hook_state``: [S_t | z_t] per head, [R, B, n, heads, d_head, d_head + 1].
 """
@@ -28,6 +30,7 @@ from .base import TaskShapes, register
 from .components import Init, fixed_table
 from .headed import HeadedMixer, HeadedSpec
 from .recurrent import ResidualBlock, SequenceStack
+from .scans import CHUNK, chunkwise_attention
 
 EPS = 1e-6
 
@@ -66,6 +69,9 @@ class LinearAttention(HeadedMixer):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         q, k, v = self.queries_keys_values(x)
         n = x.shape[2]
+        if n > CHUNK:  # chunkwise: C × C scores within chunks, a running Σ φ(k) vᵀ across them
+            num, norm = chunkwise_attention(q, k, v)
+            return self.finish(x, num / (norm[..., None] + EPS))
         scores = (q @ k.transpose(-1, -2)) * self.causal[:n, :n]
         return self.finish(x, (scores @ v) / (scores.sum(-1, keepdim=True) + EPS))
 

@@ -31,6 +31,7 @@ from pydantic import Field
 from .base import register
 from .components import Init, bias, fixed_table, per_run
 from .recurrent import Mixer, RecurrentSpec, ResidualBlock, SequenceStack
+from .scans import chunked_scan, chunks_pay
 
 
 def inverse_softplus(x: torch.Tensor) -> torch.Tensor:
@@ -110,9 +111,16 @@ class SelectiveSSM(Mixer):
         y = y + xs * bias(self.D, xs)
         return per_run(y * F.silu(z), self.W_out)
 
-    def scan(self, xs: torch.Tensor, delta: torch.Tensor, b: torch.Tensor, c: torch.Tensor, a: torch.Tensor,
-             keep: bool = False) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """y [R, B, n, e] of the selective recurrence, and h_t after every position when ``keep``."""
+    def scan(self, xs: torch.Tensor, delta: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
+             a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """y [R, B, n, e] of the selective recurrence and h_t after every position [R, B, n, e, N], by the chunked
+        parallel scan (``scans.chunked_scan``: about 2√n whole-sequence steps instead of n)."""
+        h = chunked_scan(torch.exp(delta[..., None] * a[:, None, None]), (delta * xs)[..., None] * b[:, :, :, None, :])
+        return (h * c[:, :, :, None, :]).sum(-1), h
+
+    def sequential_scan(self, xs: torch.Tensor, delta: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
+                        a: torch.Tensor, keep: bool = False) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The same, position by position, never materialising [R, B, n, e, N] (h_t kept only when ``keep``)."""
         a = a[:, None]  # [R, 1, e, N]
         h = xs.new_zeros(*xs.shape[:2], *a.shape[2:])
         ys, hs = [], []
@@ -125,11 +133,19 @@ class SelectiveSSM(Mixer):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         xs, z, delta, b, c, a = self.prepare(x)
-        return self.finish(xs, z, self.scan(xs, delta, b, c, a)[0])
+        y = self.scan(xs, delta, b, c, a)[0] if chunks_pay(x) else self.sequential_scan(xs, delta, b, c, a)[0]
+        return self.finish(xs, z, y)
+
+    def recurrent(self, x: torch.Tensor) -> torch.Tensor:
+        xs, z, delta, b, c, a = self.prepare(x)
+        return self.finish(xs, z, self.sequential_scan(xs, delta, b, c, a)[0])
 
     def states(self, x: torch.Tensor) -> torch.Tensor:
         xs, _, delta, b, c, a = self.prepare(x)
-        hs = torch.stack(self.scan(xs, delta, b, c, a, keep=True)[1], dim=2)  # [R, B, n, e, N]
+        if chunks_pay(x):
+            hs = self.scan(xs, delta, b, c, a)[1]
+        else:
+            hs = torch.stack(self.sequential_scan(xs, delta, b, c, a, keep=True)[1], dim=2)  # [R, B, n, e, N]
         if self.spec.d_conv == 1:
             return hs
         window = self.conv_input(x)[0].unfold(2, self.spec.d_conv - 1, 1)[:, :, 1:]  # inputs t−k+2 … t

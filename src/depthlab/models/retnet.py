@@ -10,9 +10,10 @@ q_n·k_m depends on n − m:
 then a normalisation per head (RMS, no gain: RetNet's GroupNorm), the swish gate and W_O:
 ``out = (swish(x W_G) ⊙ norm(O)) W_O``, in a pre-LayerNorm block with a GELU MLP. RetNet's extra rescalings of D
 and of the scores only change each head's scale, which the per-head normalisation removes (up to its ε), so
-they are left out and the two forms agree exactly. Training uses the parallel form; ``recurrent`` is the
-recurrence step by step, and the tests check the two agree. Written here (the paper used "our own custom
-implementation" too): ``torchscale``'s RetNet is a whole language-model stack without a run axis.
+they are left out and the two forms agree exactly. Training uses the parallel form up to 64 positions and RetNet's
+chunkwise recurrent form beyond (``scans.chunkwise_attention``); ``recurrent`` is the recurrence step by step, and
+the tests check the two agree. Written here (the paper used "our own custom implementation" too): ``torchscale``'s
+RetNet is a whole language-model stack without a run axis.
 State size: layers · heads · d_head². Hooks: ``ret.hook_q/k/v`` (before the rotation), ``ret.hook_z`` (the gated,
 normalised heads before W_O) and ``hook_state``: S_n per head, [R, B, n, heads, d_head, d_head].
 """
@@ -29,6 +30,7 @@ from .base import register
 from .components import Init, fixed_table
 from .headed import HeadedMixer, HeadedSpec
 from .recurrent import ResidualBlock, SequenceStack
+from .scans import CHUNK, chunkwise_attention
 from .transformer import rotary_tables, rotate
 
 
@@ -84,6 +86,8 @@ class Retention(HeadedMixer):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         q, k, v = self.queries_keys_values(x)
+        if x.shape[2] > CHUNK:  # chunkwise: decayed C × C scores within chunks, γ^C-decayed states across them
+            return self.finish(x, chunkwise_attention(q, k, v, self.gamma)[0])
         scores = (q @ k.transpose(-1, -2)) * self.decay(x.shape[2], q.dtype)
         return self.finish(x, scores @ v)
 

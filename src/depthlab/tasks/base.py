@@ -20,10 +20,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, model_validator
+
+if TYPE_CHECKING:
+    import torch
+
+    from depthlab.tasks.counter import Counter
 
 ENUMERATE_LIMIT = 2_000_000
 MAX_VOCABULARY = 1 << 20  # input tokens (or input width): GPT-2 has 50,257; beyond this a task is a mistake
@@ -140,6 +145,15 @@ class Task(BaseModel):
 
     # --- data ---------------------------------------------------------------------------------------
     def sample(self, n: int, rng: np.random.Generator, split: str = "train") -> Batch:
+        raise NotImplementedError
+
+    # Training data of stream version 2 (``train.stream: 2``), made with tensor operations on the run's device from
+    # a counter-based generator: the tasks that implement ``sample_counter`` say so here.
+    counter_sampling: ClassVar[bool] = False
+
+    def sample_counter(self, counter: Counter) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step's training examples of R runs from ``counter`` (``tasks.counter``): inputs [R, B, …] and
+        targets [R, B, …], on the counter's device; the same distribution as ``sample(…, "train")``."""
         raise NotImplementedError
 
     def dataset_size(self, split: str = "eval") -> int:

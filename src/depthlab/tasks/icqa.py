@@ -20,6 +20,7 @@ model can do and what 1-layer models reach.
 from __future__ import annotations
 
 import numpy as np
+import torch
 from pydantic import model_validator
 
 from depthlab.tasks.base import (
@@ -33,6 +34,7 @@ from depthlab.tasks.base import (
     sample_distinct,
 )
 from depthlab.tasks.context_qa import ContextQA
+from depthlab.tasks.counter import Counter
 
 SPLITS = ("train", "eval", "all")
 
@@ -80,6 +82,19 @@ class InContextQA(ContextQA):
         answers = sample_distinct(rng, n, self.n_a, self.k)
         c = rng.integers(0, self.k, n)
         return self._build(questions, answers, c)
+
+    counter_sampling = True
+
+    def sample_counter(self, counter: Counter) -> tuple[torch.Tensor, torch.Tensor]:
+        """``sample``'s distribution from the counter stream: π, π' ordered selections of k distinct questions and
+        answers, c uniform in [k]; q_0 r a_0 … q_{k-1} r a_{k-1} q_c r, the target a_c's token."""
+        questions = counter.distinct(self.n_q, self.k, draw=0)  # [R, B, k]
+        answers = counter.distinct(self.n_a, self.k, draw=1) + self.answer_offset
+        c = counter.below(self.k, draw=2)  # [R, B, 1]
+        sign = torch.full_like(questions, self.sign_id)
+        query = questions.gather(-1, c)
+        inputs = torch.cat([torch.stack([questions, sign, answers], -1).flatten(-2), query, sign[..., :1]], -1)
+        return inputs, answers.gather(-1, c)[..., 0]
 
     def dataset_size(self, split: str = "eval") -> int:
         check_split(split, SPLITS)

@@ -27,9 +27,11 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
+import torch
 from pydantic import Field, model_validator
 
 from depthlab.tasks.base import Batch, check_split, letter_names, register
+from depthlab.tasks.counter import Counter
 from depthlab.tasks.eval_sets import SPLITS, FixedEvalSet
 
 
@@ -105,3 +107,21 @@ class IndexLookup(FixedEvalSet):
             inputs[:, :big_n] = np.where(shift >= 0, np.take_along_axis(symbols, np.clip(shift, 0, None), 1),
                                          self.pad_id)
         return Batch(inputs, targets.astype(np.int64), {"k": k.astype(np.int64), "p": p})
+
+    counter_sampling = True
+
+    def sample_counter(self, counter: Counter) -> tuple[torch.Tensor, torch.Tensor]:
+        """``sample``'s training distribution from the counter stream: k uniform in [min_length, N], N symbols
+        uniform in Σ (the first k used), p uniform in 1..k; padded as ``padding`` says, the index token last."""
+        big_n = self.N
+        symbols = counter.below(self.alphabet, draw=0, width=big_n)  # [R, B, N]
+        k = self.min_length + counter.below(big_n - self.min_length + 1, draw=1)  # [R, B, 1]
+        p = counter.below(k, draw=2) + 1
+        columns = torch.arange(big_n, device=symbols.device)
+        if self.padding == "before_index":
+            string = torch.where(columns < k, symbols, self.pad_id)
+        else:  # left: the k symbols end right before the index token
+            shift = columns - (big_n - k)
+            string = torch.where(shift >= 0, symbols.gather(-1, shift.clamp(min=0)), self.pad_id)
+        inputs = torch.cat([string, self.index_offset + p - 1], -1)
+        return inputs, symbols.gather(-1, p - 1)[..., 0]

@@ -14,9 +14,11 @@ targets [examples, queries]; accuracy is the mean over queries; chance 1/n_value
 from __future__ import annotations
 
 import numpy as np
+import torch
 from pydantic import Field, model_validator
 
 from depthlab.tasks.base import Batch, Task, check_split, register, sample_distinct
+from depthlab.tasks.counter import Counter
 
 
 @register
@@ -80,6 +82,17 @@ class MQAR(Task):
         inputs[:, 2 * self.pairs :] = np.take_along_axis(keys, which, 1)
         targets = np.take_along_axis(values, which, 1)
         return Batch(inputs, targets, {"which": which})
+
+    counter_sampling = True
+
+    def sample_counter(self, counter: Counter) -> tuple[torch.Tensor, torch.Tensor]:
+        """``sample``'s distribution from the counter stream: distinct keys, uniform values, distinct queried
+        pairs; targets [R, B, queries]."""
+        keys = counter.distinct(self.n_keys, self.pairs, draw=0)  # [R, B, pairs]
+        values = counter.below(self.n_values, draw=1, width=self.pairs)
+        which = counter.distinct(self.pairs, self.n_queries, draw=2)
+        context = torch.stack([keys, values + self.n_keys], -1).flatten(-2)
+        return torch.cat([context, keys.gather(-1, which)], -1), values.gather(-1, which)
 
     def dataset_size(self, split: str = "eval") -> int:
         return 2**62

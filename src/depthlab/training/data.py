@@ -4,7 +4,9 @@ Training data comes from the run's own seeded generator, a chunk of steps at a t
 background thread while the model trains (one thread per process, re-created after a fork; chunks over
 ``PREFETCH_BYTES`` are sampled in line). Chunks come in the same order from the same generator either way, so a
 run's batches do not depend on prefetching, and a checkpoint's stream state resumes them exactly. A group moves
-each chunk to its device once (``GroupBatches``), and a step indexes into the chunks there.
+each chunk to its device once (``GroupBatches``), and a step indexes into the chunks there. That is stream
+version 1, the default. Stream version 2 (``train.stream: 2``) makes every batch on the group's device from a
+counter-based generator keyed by (run seed, step, example) (``CounterStream``, ``CounterBatches``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import numpy as np
 import torch
 
 from ..tasks import Batch, Task
+from ..tasks.counter import Counter, seed_keys
 from .device import copy_to, to_device
 
 EXHAUSTIVE_EVAL_LIMIT = 400_000  # evaluate on the whole dataset when it has at most this many examples
@@ -161,12 +164,80 @@ class FixedDataStream(DataStream):
         self.pos, self.drawn = state["pos"], drawn
 
 
+class CounterStream:
+    """A run's training data of stream version 2 (``train.stream: 2``): its place in the counter-based stream
+    (``tasks.counter``). The examples themselves are made on the device, every run of a group at once
+    (:class:`CounterBatches`); what a run carries is its seed and how many batches it has drawn, and a checkpoint
+    records that count (``pos`` stays 0: there are no chunks)."""
+
+    steps_per_chunk = 1  # what a checkpoint's stream position is checked against
+
+    def __init__(self, seed: int, batch_size: int) -> None:
+        self.seed, self.batch_size, self.drawn = seed, batch_size, 0
+
+    def state(self) -> dict[str, Any]:
+        return {"drawn": self.drawn, "pos": 0}
+
+    def restore(self, state: dict[str, Any], drawn: int) -> None:
+        self.drawn = drawn
+
+    def close(self) -> None:
+        """Nothing runs in the background."""
+
+
 def data_stream(task: Task, seed: int, batch_size: int, batches: int | None = None,
-                examples: int | None = None) -> DataStream:
-    """A run's training data: fresh examples every step, or a fixed set of ``examples`` cycled."""
+                examples: int | None = None, version: int = 1) -> DataStream | CounterStream:
+    """A run's training data: fresh examples every step, or a fixed set of ``examples`` cycled; from the host's
+    numpy generator (stream version 1) or the counter-based one on the device (version 2)."""
+    if version == 2:
+        return CounterStream(seed, batch_size)
     if examples is None:
         return DataStream(task, seed, batch_size, batches)
     return FixedDataStream(task, seed, batch_size, examples, batches)
+
+
+class CounterBatches:
+    """A group's batches of stream version 2: ``task.sample_counter`` for every run at once, on the device, from
+    the runs' seeds and step counters (int64 tensors there, advanced in place: no host round-trip per step)."""
+
+    def __init__(self, streams: list[CounterStream], task: Task, device: torch.device) -> None:
+        self.streams, self.task, self.device = streams, task, device
+        self.keys = seed_keys(torch.tensor([s.seed for s in streams], dtype=torch.int64, device=device))
+        self.steps = torch.tensor([s.drawn for s in streams], dtype=torch.int64, device=device)
+
+    def next(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every run's next batch: inputs [runs, batch, …] and targets [runs, batch] on the device."""
+        batch = self.sample()
+        self.count()
+        return batch
+
+    def sample(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The next batch, the step counters advanced on the device: device work only, so a CUDA graph can hold
+        it (the engine captures it with the training step); :meth:`count` then does the host's book-keeping."""
+        batch = self.task.sample_counter(Counter(self.keys, self.steps, self.streams[0].batch_size))
+        self.steps += 1
+        return batch
+
+    def count(self) -> None:
+        """One more batch drawn by every run (what checkpoints record)."""
+        for stream in self.streams:
+            stream.drawn += 1
+
+    def reload(self, r: int) -> None:
+        """Run r's stream was restored (from a checkpoint): its counter continues from there."""
+        self.steps[r] = self.streams[r].drawn
+
+    def select_runs(self, keep: list[int]) -> None:
+        index = torch.tensor(keep, dtype=torch.long, device=self.device)
+        self.streams = [self.streams[r] for r in keep]
+        self.keys, self.steps = self.keys[index], self.steps[index]
+
+
+def group_batches(streams: list, task: Task, device: torch.device) -> GroupBatches | CounterBatches:
+    """A group's batches for its runs' streams (all of one version: the version is part of the group key)."""
+    if streams and isinstance(streams[0], CounterStream):
+        return CounterBatches(streams, task, device)
+    return GroupBatches(streams, device)
 
 
 class GroupBatches:

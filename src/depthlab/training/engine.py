@@ -28,7 +28,7 @@ from ..models import TaskShapes, build_model
 from ..store import Store, atomic_write_bytes
 from .best import best_and_lost
 from .checkpoint import STOP_SIGNALS, WEIGHTS, CheckpointError, Owner, layout_of, load_checkpoint, save_checkpoint
-from .data import EVAL_SEED, GroupBatches, data_stream, eval_set
+from .data import EVAL_SEED, CounterBatches, data_stream, eval_set, group_batches
 from .device import GraphedStep, autocast, graph_plan, prepare, resolve_device
 from .eval_label import final_eval_fields
 from .evaluate import evaluate, read_tensor
@@ -55,7 +55,8 @@ class _Run:
     def __init__(self, config: RunConfig, run_id: str, folder: Path) -> None:
         self.config, self.id, self.folder = config, run_id, folder
         train = config.train
-        self.stream = data_stream(config.task, config.seed, train.batch_size, train.steps, train.train_examples)
+        self.stream = data_stream(config.task, config.seed, train.batch_size, train.steps, train.train_examples,
+                                  train.stream or 1)
         self.step = 0
         self.seen = 0  # examples since the last log point (their loss and hits are summed in Group.sums)
         self.final = False  # resumed from the checkpoint its final evaluation wrote (killed before recording it)
@@ -100,7 +101,7 @@ class Group:
         # each run's train loss and hits since its last log point, summed on the device: read at log points only
         self.sums = torch.zeros(len(self.runs), 2, dtype=torch.float64, device=self.device)
         self.loss_sums, self.hit_sums = self.sums.unbind(1)
-        self.batches = GroupBatches([run.stream for run in self.runs], self.device)
+        self.batches = group_batches([run.stream for run in self.runs], task, self.device)
         # the class's function, not a bound method: a group holding its own bound method is a reference cycle, and
         # its (GPU) memory would wait for the garbage collector instead of being given back when the group is dropped
         self.compiled_losses = torch.compile(Group.batch_losses, backend=COMPILE_BACKEND) if t.compile else None
@@ -147,14 +148,20 @@ class Group:
         hits = per_run_correct(outputs, y, self.task.loss, self.task.accuracy_over)
         self.hit_sums.add_(math.nan if hits is None else hits)
 
+    def sampled_step(self) -> None:
+        """Make the batch on the device and train on it (stream 2): the whole step is one CUDA graph."""
+        self.train_step(*self.batches.sample())
+
     def step(self) -> None:
-        x, y = self.next_batch()
-        if self.graphed is None:
-            self.train_step(x, y)
+        if self.graphed is not None and isinstance(self.batches, CounterBatches):
+            self.graphed(self.sampled_step)
+            self.batches.count()
+        elif self.graphed is None:
+            self.train_step(*self.next_batch())
         else:
-            self.graphed(self.train_step, x, y)
-            if self.graphed.failure is not None:  # the step cannot be a graph: eager from now on, and say why
-                self.eager_because, self.graphed = self.graphed.mode(), None
+            self.graphed(self.train_step, *self.next_batch())
+        if self.graphed is not None and self.graphed.failure is not None:  # eager from now on, and say why
+            self.eager_because, self.graphed = self.graphed.mode(), None
         for run in self.runs:
             run.step += 1
             run.seen += self.train.batch_size

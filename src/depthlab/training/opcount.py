@@ -28,9 +28,10 @@ import torch
 from torch.profiler import profile
 
 from ..store import Store
+from .bench_cases import Case, chosen_cases
 from .device import is_device_event, profiler_activities, resolve_device, synchronize
 from .engine import Group
-from .throughput import CASES, WARMUP_STEPS, Case, bench_configs
+from .throughput import WARMUP_STEPS, bench_configs
 
 
 def _counted(fn: Callable[[], Any], times: int, device: torch.device) -> dict[str, float]:
@@ -90,7 +91,7 @@ def count_ops(run_counts: list[int], cases: list[str] | None = None, device: str
     """Every case at every group size: one row each (see the module's docstring)."""
     where = resolve_device(device, "--device")
     rows = []
-    for case in (c for c in CASES if cases is None or c.name in cases):
+    for case in chosen_cases(cases):
         for runs in run_counts:
             rows.append(count_case(case, runs, device))
             if progress:
