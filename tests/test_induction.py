@@ -118,6 +118,9 @@ def test_every_measurement_runs_on_a_tiny_transformerlens_model(tiny: tl.TLModel
     assert set(result) >= {"strength", "a_power", "b_power", "power_correlation", "bleeding", "log_odds"}
     assert [r["rank"] for r in result["bleeding"]["by_rank"]] == [1, 2, 3]
     assert result["a_power"]["n"] == 36 and -1 <= result["power_correlation"] <= 1
+    for role in ("a_power", "b_power"):  # the spread across tokens (the essay's Result 1) comes with its interval
+        s = result[role]["spread"]
+        assert s["n"] == 36 and s["cv_low"] <= s["cv"] <= s["cv_high"] and s["sd"] == result[role]["sd"]
     figures = write_figures(study, tmp_path, "tiny")
     assert all(f.exists() and f.stat().st_size > 1000 for f in figures)
 

@@ -49,8 +49,8 @@ def test_the_documented_table_is_the_generated_one():
 
 def test_the_table_lists_every_difference_with_its_reason_and_seed_set():
     table = settings.markdown(presets.preset_names())
-    assert "| seed001-attention, seed001-depth, seed001-heads, seed001-min-depth, seed001-template-attention | " \
-           "optimizer | sgd (seed 001 §9.1) | adamw |" in table
+    assert "| seed001-depth, seed001-heads, seed001-min-depth, seed001-template-attention | optimizer " \
+           "(task=[memorization, template]) | sgd (seed 001 §9.1) | adamw |" in table  # IC-QA, IC-TM: SGD (issue 43)
     assert "`--set train.optimizer=sgd` `--set train.lr=0.05` `--set train.grad_clip=1.0`" in table
     assert "| seed001-depth, seed001-min-depth | initialisation (task=ictm) |" in table
     assert "| seed001-heads | initialisation (task=ictm, layers=4) |" in table  # paper-first-stream at 4 layers
@@ -96,13 +96,14 @@ def test_changed_paper_scales_are_the_seeds():
 def test_explain_json_and_table():
     out = json.loads(cli("reproduce", "seed001-depth", "--scale", "paper", "--explain", "--json"))
     assert out["preset"] == "seed001-depth" and out["scale"] == "paper"
-    optimizer = next(s for s in out["settings"] if s["setting"] == "optimizer")
+    sgd, optimizer = (s for s in out["settings"] if s["setting"] == "optimizer")
+    assert (sgd["where"], sgd["ours"], sgd["differs"]) == ({"task.name": ["icqa", "ictm"]}, "sgd", False)  # issue 43
     assert optimizer | {"why": None} == {
-        "setting": "optimizer", "field": "train.optimizer", "where": None, "seed": "sgd", "section": "seed 001 §9.1",
-        "quote": optimizer["quote"], "ours": "adamw", "differs": True, "why": None,
-        "seed_set": ["train.optimizer=sgd", "train.lr=0.05", "train.grad_clip=1.0", "train.warmup_steps=0"],
-        "from": "seed001-depth"}
-    assert optimizer["why"].startswith("measured")
+        "setting": "optimizer", "field": "train.optimizer", "where": {"task.name": ["memorization", "template"]},
+        "seed": "sgd", "section": "seed 001 §9.1", "quote": optimizer["quote"], "ours": "adamw", "differs": True,
+        "why": None, "from": "seed001-depth",
+        "seed_set": ["train.optimizer=sgd", "train.lr=0.05", "train.grad_clip=1.0", "train.warmup_steps=0"]}
+    assert optimizer["why"].startswith("memorization: AdamW agrees")
     same = next(s for s in out["settings"] if s["setting"] == "words (memorization)")
     assert same["differs"] is False and same["seed"] == same["ours"] == "500"
     shown = cli("reproduce", "seed002-emergence", "--explain")

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..analysis.spread import spread
 from .measure import Bleeding, LogOddsPair, Powers, bleeding, log_odds_conditions, powers
 from .model import LogitModel
 from .sequences import SEED, Protocol, TokenRange
@@ -68,6 +69,12 @@ def describe(x: np.ndarray) -> dict[str, float]:
             "n": len(x)}
 
 
+def _token_spread(means: np.ndarray, se: np.ndarray) -> dict[str, float] | None:
+    """How different the power is from one token to the next (the essay's Result 1): CV with its bootstrap
+    interval, and the spread net of each token's sampling noise (analysis.spread)."""
+    return spread(means, se) if len(means) > 1 else None
+
+
 def summary(study: Study) -> dict[str, Any]:
     """The JSON of one model: strengths, powers, their correlation, bleeding by rank, log odds per condition."""
     p, bl, s = study.powers, study.bleeding, study.settings
@@ -82,9 +89,9 @@ def summary(study: Study) -> dict[str, Any]:
         "log_odds": {name: {"induction": describe(c.induction), "shuffled": describe(c.shuffled),
                             "strength": describe(c.strength)} for name, c in study.conditions.items()},
         "a_power": {**describe(p.a_mean), "fraction_below_zero": float((p.a_mean < 0).mean()),
-                    "mean_se": float(np.nanmean(p.a_se))},
+                    "mean_se": float(np.nanmean(p.a_se)), "spread": _token_spread(p.a_mean, p.a_se)},
         "b_power": {**describe(p.b_mean), "fraction_below_zero": float((p.b_mean < 0).mean()),
-                    "mean_se": float(np.nanmean(p.b_se))},
+                    "mean_se": float(np.nanmean(p.b_se)), "spread": _token_spread(p.b_mean, p.b_se)},
         "power_correlation": correlation,
         "bleeding": {
             "b": describe(bl.b),
