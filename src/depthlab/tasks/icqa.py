@@ -19,8 +19,9 @@ model can do and what 1-layer models reach.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import torch
 from pydantic import model_validator
 
 from depthlab.tasks.base import (
@@ -34,7 +35,11 @@ from depthlab.tasks.base import (
     sample_distinct,
 )
 from depthlab.tasks.context_qa import ContextQA
-from depthlab.tasks.counter import Counter
+
+if TYPE_CHECKING:  # torch only where the counter stream runs: `depthlab tasks` never loads it
+    import torch
+
+    from depthlab.tasks.counter import Counter
 
 SPLITS = ("train", "eval", "all")
 
@@ -88,6 +93,8 @@ class InContextQA(ContextQA):
     def sample_counter(self, counter: Counter) -> tuple[torch.Tensor, torch.Tensor]:
         """``sample``'s distribution from the counter stream: π, π' ordered selections of k distinct questions and
         answers, c uniform in [k]; q_0 r a_0 … q_{k-1} r a_{k-1} q_c r, the target a_c's token."""
+        import torch
+
         questions = counter.distinct(self.n_q, self.k, draw=0)  # [R, B, k]
         answers = counter.distinct(self.n_a, self.k, draw=1) + self.answer_offset
         c = counter.below(self.k, draw=2)  # [R, B, 1]

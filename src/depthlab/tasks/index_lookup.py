@@ -24,15 +24,18 @@ The evaluation split is a fixed set of ``eval_size`` strings drawn from a fixed 
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
-import torch
 from pydantic import Field, model_validator
 
 from depthlab.tasks.base import Batch, check_split, letter_names, register
-from depthlab.tasks.counter import Counter
 from depthlab.tasks.eval_sets import SPLITS, FixedEvalSet
+
+if TYPE_CHECKING:  # torch only where the counter stream runs: `depthlab tasks` never loads it
+    import torch
+
+    from depthlab.tasks.counter import Counter
 
 
 @register
@@ -113,6 +116,8 @@ class IndexLookup(FixedEvalSet):
     def sample_counter(self, counter: Counter) -> tuple[torch.Tensor, torch.Tensor]:
         """``sample``'s training distribution from the counter stream: k uniform in [min_length, N], N symbols
         uniform in Σ (the first k used), p uniform in 1..k; padded as ``padding`` says, the index token last."""
+        import torch
+
         big_n = self.N
         symbols = counter.below(self.alphabet, draw=0, width=big_n)  # [R, B, N]
         k = self.min_length + counter.below(big_n - self.min_length + 1, draw=1)  # [R, B, 1]

@@ -13,12 +13,17 @@ targets [examples, queries]; accuracy is the mean over queries; chance 1/n_value
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import torch
 from pydantic import Field, model_validator
 
 from depthlab.tasks.base import Batch, Task, check_split, register, sample_distinct
-from depthlab.tasks.counter import Counter
+
+if TYPE_CHECKING:  # torch only where the counter stream runs: `depthlab tasks` never loads it
+    import torch
+
+    from depthlab.tasks.counter import Counter
 
 
 @register
@@ -88,6 +93,8 @@ class MQAR(Task):
     def sample_counter(self, counter: Counter) -> tuple[torch.Tensor, torch.Tensor]:
         """``sample``'s distribution from the counter stream: distinct keys, uniform values, distinct queried
         pairs; targets [R, B, queries]."""
+        import torch
+
         keys = counter.distinct(self.n_keys, self.pairs, draw=0)  # [R, B, pairs]
         values = counter.below(self.n_values, draw=1, width=self.pairs)
         which = counter.distinct(self.pairs, self.n_queries, draw=2)
