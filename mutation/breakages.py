@@ -79,7 +79,7 @@ BREAKAGES: dict[str, tuple[str, list[tuple[str, str]], str]] = {
         ("torch.pow(b1, self.steps, out=a).neg_().add_(1)  # 1 - b1^t", "a.fill_(1.0)  # 1 - b1^t"),
     ], "Adam's first-moment bias correction left out"),
 }
-FAST = ["-m", "fast", "-n", "2", "--dist", "loadfile"]
+FAST = ["-m", "fast", "-n", "2", "--dist", "loadfile", "-x"]  # make test-fast, stopping at the first failure
 
 
 def broken_copy(name: str, where: Path) -> Path:

@@ -261,7 +261,6 @@ def run_module(module: str, selection: dict, env: dict[str, str], results: dict,
         record(session, item.job_id, *test_mutant(item, module, selection, env))
         results[module] = outcomes(module, session)
         report(results)
-    print(line_of(results[module]), flush=True)
     return True
 
 
@@ -295,6 +294,9 @@ def main() -> None:
         selection = collect(env, args.select or ["tests"])
     else:
         selection = json.loads(SELECTION.read_text())
+    if args.limit == 0:  # the selection only
+        print(json.dumps({m: len(e["tests"]) for m, e in selection["modules"].items()}))
+        return
     if args.fresh:
         for module in chosen:
             (OUT / f"{name_of(module)}.sqlite").unlink(missing_ok=True)
