@@ -31,7 +31,7 @@ from depthlab.training.data import data_stream
 # settings that keep a task's evaluation set and enumerations small (a task not named here runs at its defaults)
 SMALL: dict[str, dict] = {
     "icqa": {"k": 2, "n_q": 4, "n_a": 4},
-    "ictm": {"k": 2, "l": 2, "n_symbols": 10, "n_a": 3},
+    "ictm": {"k": 2, "l": 2, "n_symbols": 10, "n_a": 2},
     "nested_icqa": {"k": 2, "hops": 1, "n_symbols": 4},
     "retrieval": {"N": 2, "D": 1, "n_symbols": 6},
     "conditional_retrieval": {"n_symbols": 12},
