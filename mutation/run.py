@@ -241,8 +241,8 @@ def line_of(result: dict) -> str:
 
 def run_module(module: str, selection: dict, env: dict[str, str], results: dict, deadline: float,
                limit: int | None) -> bool:
-    """Test the module's pending mutants (in the order of their lines) until done, the deadline or the limit;
-    the summary is rewritten after each. False when the deadline stopped it."""
+    """Test the module's pending mutants, those whose tests take least time first, until done, the deadline or the
+    limit; the summary is rewritten after each. False when the deadline stopped it."""
     from cosmic_ray.work_db import WorkDB, use_db
 
     session = OUT / f"{name_of(module)}.sqlite"
@@ -250,7 +250,16 @@ def run_module(module: str, selection: dict, env: dict[str, str], results: dict,
         baseline(module, selection, env)
         init_session(module, session, env)
     with use_db(str(session), WorkDB.Mode.open) as db:
-        pending = sorted(db.pending_work_items, key=lambda i: (tuple(i.mutations[0].start_pos), i.job_id))
+        pending = list(db.pending_work_items)
+    source = (TREE / "src" / "depthlab" / module).read_text()
+
+    def cost(item) -> tuple[float, tuple[int, int], str]:
+        """The seconds its tests took unmutated: the cheapest first, so a bounded run tests the most mutants."""
+        start, end = item.mutations[0].start_pos, item.mutations[0].end_pos
+        tests = tests_for(selection, module, statement_lines(source, start[0], end[0]))
+        return sum(selection["durations"].get(t, 1.0) for t in tests), tuple(start), item.job_id
+
+    pending.sort(key=cost)
     results[module] = outcomes(module, session)
     report(results)
     for count, item in enumerate(pending):
