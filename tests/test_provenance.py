@@ -239,3 +239,15 @@ def test_a_resumed_run_trains_on_the_batches_after_its_checkpoint_and_no_others(
     assert len(resumed) == STEPS - 3, f"the resumed run trained {len(resumed)} steps, not the {STEPS - 3} after step 3"
     for step, ((x, y), (xw, yw)) in enumerate(zip(resumed, whole[3:], strict=True), start=4):
         assert np.array_equal(x, xw) and np.array_equal(y, yw), f"step {step} after the resume had other batches"
+
+
+def test_a_split_of_exactly_the_limit_is_scored_whole_and_one_more_is_sampled(monkeypatch):
+    """``EXHAUSTIVE_EVAL_LIMIT`` is inclusive, and ``eval_examples`` (what the memory check counts) says how many
+    examples ``eval_set`` gives, on either side of it."""
+    task = config("icqa", 0).task
+    size = task.dataset_size("eval")
+    monkeypatch.setattr(data, "SAMPLED_EVAL_EXAMPLES", SAMPLED)
+    for limit, exhaustive, count in ((size, True, size), (size - 1, False, SAMPLED)):
+        monkeypatch.setattr(data, "EXHAUSTIVE_EVAL_LIMIT", limit)
+        batch, whole = data.eval_set(task)
+        assert (whole, len(batch), data.eval_examples(task)) == (exhaustive, count, count), f"limit {limit}"
