@@ -240,15 +240,18 @@ def line_of(result: dict) -> str:
 
 
 def run_module(module: str, selection: dict, env: dict[str, str], results: dict, deadline: float,
-               limit: int | None) -> bool:
+               limit: int | None) -> float | None:
     """Test the module's pending mutants, those whose tests take least time first, until done, the deadline or the
-    limit; the summary is rewritten after each. False when the deadline stopped it."""
+    limit (the deadline moved on by the baseline's time: it must finish, and tests no mutant); the summary is
+    rewritten after each. The deadline, moved; None when it stopped the module."""
     from cosmic_ray.work_db import WorkDB, use_db
 
     session = OUT / f"{name_of(module)}.sqlite"
     if not session.exists():  # a session already there is resumed where it stopped
+        started = time.time()
         baseline(module, selection, env)
         init_session(module, session, env)
+        deadline += time.time() - started
     with use_db(str(session), WorkDB.Mode.open) as db:
         pending = list(db.pending_work_items)
     source = (TREE / "src" / "depthlab" / module).read_text()
@@ -264,13 +267,13 @@ def run_module(module: str, selection: dict, env: dict[str, str], results: dict,
     report(results)
     for count, item in enumerate(pending):
         if time.time() >= deadline:
-            return False
+            return None
         if limit is not None and count >= limit:
             break
         record(session, item.job_id, *test_mutant(item, module, selection, env))
         results[module] = outcomes(module, session)
         report(results)
-    return True
+    return deadline
 
 
 def stop_on_sigterm() -> None:
@@ -289,7 +292,8 @@ def main() -> None:
     parser.add_argument("--select", nargs="*", default=None, metavar="TEST",
                         help="derive the test selection from coverage again, over these test files (default: all)")
     parser.add_argument("--limit", type=int, default=None, help="at most this many mutants of each module")
-    parser.add_argument("--time", type=float, default=None, help="start no mutant after this many seconds")
+    parser.add_argument("--time", type=float, default=None,
+                        help="start no mutant after this many seconds (a module's baseline not counted)")
     args = parser.parse_args()
     chosen = [m for m in MODULES if not args.only or any(o in m for o in args.only)]
     if not chosen:
@@ -313,7 +317,8 @@ def main() -> None:
     deadline = started + args.time if args.time else float("inf")
     results: dict[str, dict] = {}
     for module in chosen:
-        if not run_module(module, selection, env, results, deadline, args.limit):
+        deadline = run_module(module, selection, env, results, deadline, args.limit)
+        if deadline is None:
             print(f"--time {args.time:.0f} s reached in {module}", flush=True)
             break
     for module in chosen:
