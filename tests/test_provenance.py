@@ -122,13 +122,15 @@ def test_each_run_trains_on_the_stream_of_its_own_seed(trained, monkeypatch):
         assert len(steps) == STEPS, f"{name}: run of seed {c.seed} trained {len(steps)} steps"
         for step, (x, y) in enumerate(steps):
             want = stream.next()
-            assert np.array_equal(x, want.inputs) and np.array_equal(y, want.targets), (
+            same = np.array_equal(x, want.inputs) and np.array_equal(y, want.targets)
+            assert same, (
                 f"{name}: the run of seed {c.seed} trained on other data than its seed's stream at step {step}")
         stream.close()
     # alone and in the group, the same batches
     lone = group[LONE]
     for (x, y), (xa, ya) in zip(together.trained[run_id(lone)], alone.trained[run_id(lone)], strict=True):
-        assert np.array_equal(x, xa) and np.array_equal(y, ya), f"{name}: seed {lone.seed} alone saw other batches"
+        same = np.array_equal(x, xa) and np.array_equal(y, ya)
+        assert same, f"{name}: seed {lone.seed} alone saw other batches"
 
 
 def test_runs_of_different_seeds_see_different_batches(trained):
@@ -137,7 +139,8 @@ def test_runs_of_different_seeds_see_different_batches(trained):
     for a in SEEDS:
         for b in SEEDS:
             if a < b:
-                assert not np.array_equal(first[a], first[b]), f"{name}: seeds {a} and {b} got the same first batch"
+                same = np.array_equal(first[a], first[b])
+                assert not same, f"{name}: seeds {a} and {b} got the same first batch"
 
 
 def test_every_run_is_evaluated_on_the_same_data_whatever_its_seed(trained):
@@ -145,7 +148,8 @@ def test_every_run_is_evaluated_on_the_same_data_whatever_its_seed(trained):
     finals = [together.evaluated[-1], alone.evaluated[-1]]  # the final evaluation: the whole evaluation set
     probes = [together.evaluated[0], alone.evaluated[0]]
     for a, b in (finals, probes):
-        assert np.array_equal(a.inputs, b.inputs) and np.array_equal(a.targets, b.targets), (
+        same = np.array_equal(a.inputs, b.inputs) and np.array_equal(a.targets, b.targets)
+        assert same, (
             f"{name}: a group of seeds {SEEDS} and seed {LONE} alone are evaluated on different data")
 
 
@@ -161,7 +165,8 @@ def test_the_evaluation_set_is_the_task_s_evaluation_split(trained):
     assert len(final) == size, f"{name}: evaluated on {len(final)} examples, the evaluation split has {size}"
     got = np.ascontiguousarray(final.inputs).reshape(len(final), -1)
     want = np.ascontiguousarray(split.inputs).reshape(len(split), -1)
-    assert np.array_equal(np.unique(got, axis=0), np.unique(want, axis=0)), (
+    same = np.array_equal(np.unique(got, axis=0), np.unique(want, axis=0))
+    assert same, (
         f"{name}: the examples evaluated on are not the task's evaluation split")
 
 
@@ -194,7 +199,8 @@ def test_nothing_evaluated_can_come_from_what_the_runs_train_on(trained):
         train_rows, eval_rows = splits
         for batch in together.evaluated:
             evaluated = rows(batch.inputs)
-            assert evaluated <= eval_rows and not evaluated & train_rows, (
+            held_out = evaluated <= eval_rows and not evaluated & train_rows
+            assert held_out, (
                 f"{name}: {len(evaluated & train_rows)} of {len(evaluated)} evaluated examples are in the training "
                 "split")
         for run, seen in trained_rows.items():
@@ -238,7 +244,8 @@ def test_a_resumed_run_trains_on_the_batches_after_its_checkpoint_and_no_others(
     resumed = train([c], tmp_path / "s").trained[run_id(c)]
     assert len(resumed) == STEPS - 3, f"the resumed run trained {len(resumed)} steps, not the {STEPS - 3} after step 3"
     for step, ((x, y), (xw, yw)) in enumerate(zip(resumed, whole[3:], strict=True), start=4):
-        assert np.array_equal(x, xw) and np.array_equal(y, yw), f"step {step} after the resume had other batches"
+        same = np.array_equal(x, xw) and np.array_equal(y, yw)
+        assert same, f"step {step} after the resume had other batches"
 
 
 def test_a_split_of_exactly_the_limit_is_scored_whole_and_one_more_is_sampled(monkeypatch):
