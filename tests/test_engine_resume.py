@@ -14,7 +14,7 @@ import torch
 
 from depthlab.config import parse_run
 from depthlab.store import Store
-from depthlab.training.checkpoint import load_checkpoint, save_checkpoint
+from depthlab.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from depthlab.training.engine import train_group
 
 
@@ -96,3 +96,25 @@ def test_a_resumed_run_follows_its_checkpoint_when_the_checkpoint_is_altered(tmp
     assert resumed[21] == pytest.approx(uniform, rel=1e-6)
     assert abs(uninterrupted[21] - uniform) > 0.05  # the unaltered run was somewhere else
     assert resumed[20] == uninterrupted[20]  # logged before the checkpoint: left as it was
+
+
+@pytest.mark.parametrize(("step", "pos"), [(-1, 0), (20, -1), (20, 257), (0, 0)],
+                         ids=["negative-step", "negative-position", "position-past-the-chunk", "step-0"])
+def test_a_checkpoint_s_step_and_stream_position_are_checked_before_it_is_loaded(tmp_path, step, pos):
+    """A checkpoint whose step is negative or whose data-stream position is outside its chunk (256 steps of 32
+    examples) is refused before any work, one line saying so; a checkpoint of step 0 is a run at its start."""
+    c = config(steps=22, eval_every=11, checkpoint_every=20)
+    store = Store(tmp_path)
+    with pytest.raises(_Killed):
+        train_group([c], store, progress=killed_after(21))
+    tensors, meta = load_checkpoint(folder(store, c))
+    extra = {k: v for k, v in meta.items() if k not in ("step", "format")}
+    save_checkpoint(folder(store, c), tensors, step, {**extra, "stream": {**meta["stream"], "pos": pos}})
+    trained: list[int] = []
+    if step >= 0 and 0 <= pos <= 256:
+        train_group([c], store, progress=trained.append)
+        assert sum(trained) == 22  # from step 0 to the end
+        return
+    with pytest.raises(CheckpointError, match=f"step {step} or data-stream position {pos} out of range"):
+        train_group([c], store, progress=trained.append)
+    assert trained == []
