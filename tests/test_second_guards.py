@@ -68,4 +68,6 @@ def test_another_run_s_checkpoint_is_refused_by_the_command_line(tmp_path, depth
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1, (code, err)
     assert f"belongs to run {run_a}" in lines[0] and f"not to run {run_b}" in lines[0], lines[0]
+    for raw in (a, b):  # each run's config named by the first 16 hex digits of its SHA-256
+        assert f"(config sha256 {Store.config_hash(parse_run(raw).to_dict())[:16]}…)" in lines[0], lines[0]
     assert Store(store).metric_columns(run_b) == {}, "run B trained from run A's checkpoint"
