@@ -4,8 +4,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 # torch: the CPU build where the machine offers it (a local wheel here); the project's range admits it.
 TORCH_PIN ?= torch==2.13.0
+# pytest keeps the modules it rewrites (the tests' assertions, and all of Hypothesis, whose distribution holds a pytest
+# plugin) as bytecode; with PYTHONDONTWRITEBYTECODE set it rewrites them again in every process: 5.8 s for Hypothesis
+# alone in each xdist worker on the loaded 2-core machine, 0.7 s once kept. (mutation/ sets it for its own test runs.)
+unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: demo test lint docs install install-test clean chromium mutants
+.PHONY: demo test test-fast lint docs install install-test clean chromium mutants breakages
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,12 +46,20 @@ test: install-test chromium
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 	$(BIN)/python -m pytest -n 2 --dist loadfile
 
+# The fast tier (tests/conftest.py FAST): the guards of the flagship guarantees, under a minute of 2 cores.
+test-fast: install-test
+	$(BIN)/python -m pytest -m fast -n 2 --dist loadfile
+
 # Mutation testing of the engine, the optimizer, checkpoints, data, the attention kernel and the constructions (not in
-# CI: 3,796 mutants, an estimated hour for the training modules and hours for the constructions; `mutation/run.py
-# --only optim` for one module). Results in mutants/ (README: Mutation testing).
+# CI: hours for all of them). Each mutant runs the tests that reach its line (coverage); a stopped run resumes.
+# `make mutants ARGS="--only optim --time 1800"` for one module and half an hour. docs/reliability/testing.md.
 mutants: install-test
 	$(BIN)/pip install -q -e ".[mutation]"
-	$(BIN)/python mutation/run.py
+	$(BIN)/python mutation/run.py $(ARGS)
+
+# The fifteen deliberate breakages of issues 34 and 44, each in a scratch copy: the fast tier must catch every one.
+breakages: install-test
+	$(BIN)/python mutation/breakages.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) depthlab-runs .pytest_cache site

@@ -1,10 +1,15 @@
-"""Mutation testing of the modules every result depends on (``make mutants``; not in CI: 3,796 mutants, hours).
+"""Mutation testing of the modules every result depends on (``make mutants``; not in CI: hours for all of them).
 
-Cosmic Ray (https://cosmic-ray.readthedocs.io) changes one operator, number or keyword at a time in a module and runs
-that module's tests against the change; a change no test notices ("survived") is either a missing test or an
-equivalent program. Each module has its own focused, fastest-first test selection (pytest ``-x``: a mutant is
-killed by its first failing test). Cosmic Ray edits the files it mutates, so everything runs in a copy of the tree
-under ``mutants/tree`` and the working tree is never touched.
+Cosmic Ray (https://cosmic-ray.readthedocs.io) makes the mutants: one operator, number, comparison, boolean or loop
+changed at a time. Each mutant is tested by the tests that run its line (``selection.py``: derived from one coverage
+pass of the whole suite, fastest first, pytest ``-x``: killed by the first failing test); a change no test notices
+("survived") is either a missing test or an equivalent program. Cosmic Ray edits the files it mutates, so everything
+runs in a copy of the tree under ``mutants/tree`` and the working tree is never touched.
+
+This runner applies and tests the mutants itself (Cosmic Ray's ``init`` and filters make and record them): the
+summary is rewritten after every mutant, ``--limit`` and ``--time`` bound a run, a stopped run resumes where it
+stopped, and a test process is ended with its whole process group whatever stops the run (Ctrl-C, SIGTERM, a
+timeout), so nothing is left behind.
 
 Operators: every one of Cosmic Ray's core operators, except the binary-operator swaps to bitwise, shift, modulo,
 floor-division and power operators and between additive and multiplicative ones, and the comparison swaps other than
@@ -14,8 +19,11 @@ annotation are skipped too: every module here starts with ``from __future__ impo
 never evaluated and ``float | None`` turned into ``float + None`` is the same program. A line ending in
 ``# pragma: no mutate`` is skipped (none is marked so far).
 
-    python mutation/run.py                  # every module: mutants/summary.json, mutants/survivors.md
-    python mutation/run.py --only optim     # one module
+    python mutation/run.py                              # every module: mutants/summary.json, mutants/survivors.md
+    python mutation/run.py --only optim --time 1800     # one module, for at most half an hour
+    python mutation/run.py --only data --limit 20       # the next 20 mutants of one module
+    python mutation/run.py --select                     # derive the test selection again (after tests changed)
+    python mutation/run.py --select tests/test_optim.py tests/test_engine.py --limit 0   # over some files only
 """
 
 from __future__ import annotations
@@ -25,63 +33,19 @@ import ast
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "mutants"
+from selection import MODULES, OUT, ROOT, SELECTION, collect, statement_lines, tests_for
+
 TREE = OUT / "tree"
 BIN = Path(sys.executable).parent
-PYTEST = f"{sys.executable} -m pytest -x -q -p no:cacheprovider -p no:xdist"
-SLOW = "not figure and not pickle and not other_objectives and not every_family and not bf16 and not meta_device"
-
-# module (under src/depthlab) -> (tests, fastest and most sensitive first; seconds a test run may take). Every run
-# leaves out the slow tests that do not concern these modules (SLOW, pytest's -k).
-MODULES: dict[str, tuple[list[str], float]] = {
-    "training/optim.py": ([
-        "tests/test_optim.py",
-        "tests/test_model.py::test_group_optimizer_matches_torch_optim",
-        "tests/test_engine_resume.py::test_a_resumed_run_follows_its_checkpoint_when_the_checkpoint_is_altered",
-        "tests/test_reliability.py::test_checkpoint_that_does_not_fit_the_config_is_a_clear_error_and_is_left_alone",
-        "tests/test_engine_recipes.py",
-        "tests/test_engine_resume.py",
-    ], 300),
-    "training/engine.py": ([
-        "tests/test_reliability.py::test_ctrl_c_finishes_the_step_checkpoints_marks_interrupted_and_resumes_exactly",
-        "tests/test_engine_resume.py",
-        "tests/test_reliability.py",
-        "tests/test_engine.py",
-        "tests/test_engine_recipes.py",
-        "tests/test_device.py::test_metrics_summed_on_the_device_are_the_per_step_sums",
-        "tests/test_device.py::test_auto_is_the_cpu_here_and_the_results_say_where_and_in_what_precision",
-        "tests/test_seed002_presets.py::test_engine_keeps_history_and_logs_partial_losses",
-        "tests/test_step_cost.py::test_a_step_calls_the_same_operations_for_16_runs_as_for_one_and_no_more_than_today",
-    ], 600),
-    "training/checkpoint.py": ([
-        "tests/test_reliability.py",
-        "tests/test_engine_resume.py",
-        "tests/test_engine.py::test_resume_from_checkpoint_continues_exactly",
-    ], 300),
-    "training/data.py": ([
-        "tests/test_engine.py::test_data_stream_is_the_same_with_prefetching_and_after_a_restore",
-        "tests/test_engine.py::test_big_chunks_are_not_sampled_ahead",
-        "tests/test_engine_resume.py",
-        "tests/test_reliability.py::test_ctrl_c_finishes_the_step_checkpoints_marks_interrupted_and_resumes_exactly",
-        "tests/test_engine.py::test_tiny_memorization_reaches_100_percent",
-    ], 300),
-    "models/attention_kernels.py": ([
-        "tests/test_model.py",
-        "tests/test_engine_recipes.py::test_each_run_of_a_group_trains_as_torch_optim_trains_it_alone",
-    ], 300),
-    "constructions/attention_only.py": (["tests/test_constructions.py"], 600),
-    "constructions/registry.py": (["tests/test_constructions.py", "tests/test_constructions_cli.py"], 900),
-    "constructions/impossibility.py": (["tests/test_constructions_bounds.py"], 600),
-    "constructions/information_flow.py": (["tests/test_constructions_cli.py"], 600),
-    "constructions/log_width.py": (["tests/test_constructions_log_width.py"], 600),
-    "constructions/nearest_neighbor.py": (["tests/test_constructions_nearest_neighbor.py"], 600),
-}
+PYTEST = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "no:xdist"]
+START_SECONDS = 30  # a test process's imports before its first test, on a loaded machine
+TIMEOUT_FACTOR = 4  # a mutant's tests may take this many times their unmutated time (a loop made endless is killed)
 EXCLUDED_OPERATORS = [
     r"core/ReplaceBinaryOperator_\w+_(BitAnd|BitOr|BitXor|LShift|RShift|Mod|FloorDiv|Pow)$",
     r"core/ReplaceBinaryOperator_(Add|Sub)_(Mul|Div)$",
@@ -89,6 +53,7 @@ EXCLUDED_OPERATORS = [
     r"core/ReplaceComparisonOperator_(?!(Eq_NotEq|NotEq_Eq|Lt_LtE|LtE_Lt|Gt_GtE|GtE_Gt|Is_IsNot|IsNot_Is|In_NotIn"
     r"|NotIn_In)$)\w+$",
 ]
+OUTCOMES = ("killed", "timeout", "survived", "not reached", "incompetent", "skipped", "not run")
 
 
 def name_of(module: str) -> str:
@@ -96,7 +61,7 @@ def name_of(module: str) -> str:
 
 
 def copy_tree() -> None:
-    """A fresh copy of what the tests need, for Cosmic Ray to edit."""
+    """A fresh copy of what the tests need, for the mutants to edit."""
     shutil.rmtree(TREE, ignore_errors=True)
     TREE.mkdir(parents=True)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
@@ -106,15 +71,15 @@ def copy_tree() -> None:
     shutil.copy2(ROOT / "pyproject.toml", TREE / "pyproject.toml")
 
 
-def write_config(module: str, tests: list[str], timeout: float) -> Path:
+def write_config(module: str) -> Path:
+    """Cosmic Ray's config: what to mutate and with which operators (the tests are chosen per mutant here)."""
     path = OUT / f"{name_of(module)}.toml"
-    command = f"{PYTEST} -k '{SLOW}' {' '.join(tests)}"
     lines = [
         "[cosmic-ray]",
         f'module-path = "src/depthlab/{module}"',
-        f"timeout = {timeout}",
+        "timeout = 600",
         "excluded-modules = []",
-        f"test-command = {json.dumps(command)}",
+        'test-command = "false"',
         "[cosmic-ray.distributor]",
         'name = "local"',
         "[cosmic-ray.filters.operators-filter]",
@@ -122,10 +87,6 @@ def write_config(module: str, tests: list[str], timeout: float) -> Path:
     ]
     path.write_text("\n".join(lines) + "\n")
     return path
-
-
-def cosmic(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([str(BIN / args[0]), *args[1:]], cwd=TREE, env=env, capture_output=True, text=True)
 
 
 def annotation_spans(source: str) -> list[tuple[tuple[int, int], tuple[int, int]]]:
@@ -139,12 +100,19 @@ def annotation_spans(source: str) -> list[tuple[tuple[int, int], tuple[int, int]
     return spans
 
 
-def skip_annotations(session: Path, module: str) -> None:
-    """Mark the mutants inside an annotation skipped: with ``from __future__ import annotations`` they are
-    equivalent (the annotation is a string nobody evaluates)."""
+def init_session(module: str, session: Path, env: dict[str, str]) -> None:
+    """Make and filter the module's mutants (Cosmic Ray's init and filters), the annotations' marked skipped."""
     from cosmic_ray.work_db import use_db
     from cosmic_ray.work_item import WorkerOutcome, WorkResult
 
+    config = write_config(module)
+    for step in (("cosmic-ray", "init", str(config), str(session)),
+                 ("cr-filter-operators", str(session), str(config)),
+                 ("cr-filter-pragma", str(session))):
+        done = subprocess.run([str(BIN / step[0]), *step[1:]], cwd=TREE, env=env, capture_output=True, text=True)
+        if done.returncode:
+            session.unlink(missing_ok=True)
+            raise SystemExit(f"{' '.join(step)}: {done.stderr.strip()[-2000:]}")
     source = (TREE / "src" / "depthlab" / module).read_text()
     if "from __future__ import annotations" not in source:
         return
@@ -157,87 +125,206 @@ def skip_annotations(session: Path, module: str) -> None:
                                                       worker_outcome=WorkerOutcome.SKIPPED))
 
 
-def outcomes(session: Path, env: dict[str, str]) -> dict:
+def run_tests(tests: list[str], timeout: float, env: dict[str, str]) -> tuple[str, str]:
+    """Run ``tests`` in a new process group: ("killed" | "timeout" | "survived", the output's tail). The group is
+    killed however this returns (a timeout, Ctrl-C, SIGTERM), so no test process outlives the run."""
+    args = OUT / "tests.txt"
+    args.write_text("\n".join(tests) + "\n")
+    proc = subprocess.Popen([*PYTEST, f"@{args}"], cwd=TREE, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+        text = output.decode(errors="replace")[-4000:]
+        return ("killed" if proc.returncode else "survived"), text
+    except subprocess.TimeoutExpired:
+        return "timeout", f"no result in {timeout:.0f} s"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def baseline(module: str, selection: dict, env: dict[str, str]) -> None:
+    """Every test of the module's selection passes on the unmutated tree, or the run stops (a test failing without
+    a mutant would count every mutant killed)."""
+    tests = selection["modules"].get(module, {}).get("tests", [])
+    if not tests:
+        raise SystemExit(f"{module}: no test runs this module (mutants/selection.json)")
+    seconds = sum(selection["durations"].get(t, 1.0) for t in tests)
+    outcome, output = run_tests(tests, START_SECONDS + TIMEOUT_FACTOR * seconds, env)
+    if outcome != "survived":
+        raise SystemExit(f"{module}: the selected tests fail without any mutation ({outcome}):\n{output}")
+
+
+def test_mutant(item, module: str, selection: dict, env: dict[str, str]) -> tuple[str, str, str, list[str]]:
+    """Apply one mutant in the tree, run the tests that reach its lines, put the file back: (outcome, output,
+    diff, tests)."""
+    from cosmic_ray.mutating import _make_diff, use_mutation
+    from cosmic_ray.plugins import get_operator
+
+    mutation = item.mutations[0]
+    path = TREE / mutation.module_path
+    lines = statement_lines(path.read_text(), mutation.start_pos[0], mutation.end_pos[0])
+    tests = tests_for(selection, module, lines)
+    with use_mutation(path, get_operator(mutation.operator_name)(), mutation.occurrence) as (before, after):
+        if after is None:
+            return "incompetent", "no mutation at this occurrence", "", tests
+        diff = "\n".join(_make_diff(before, after, mutation.module_path))
+        if not tests:
+            return "not reached", "no test runs this line", diff, tests
+        seconds = sum(selection["durations"].get(t, 1.0) for t in tests)
+        outcome, output = run_tests(tests, START_SECONDS + TIMEOUT_FACTOR * seconds, env)
+        return outcome, output, diff, tests
+
+
+def record(session: Path, job: str, outcome: str, output: str, diff: str, tests: list[str]) -> None:
+    """Store a mutant's result in its session (Cosmic Ray's database) and beside it (what tested it)."""
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import TestOutcome, WorkerOutcome, WorkResult
+
+    test_outcome = {"killed": TestOutcome.KILLED, "timeout": TestOutcome.KILLED,
+                    "incompetent": TestOutcome.INCOMPETENT}.get(outcome, TestOutcome.SURVIVED)
+    worker = WorkerOutcome.NO_TEST if outcome == "incompetent" else WorkerOutcome.NORMAL
+    with use_db(str(session), WorkDB.Mode.open) as db:
+        db.set_result(job, WorkResult(output=json.dumps({"outcome": outcome, "tests": len(tests), "output": output}),
+                                      diff=diff, test_outcome=test_outcome, worker_outcome=worker))
+
+
+def outcomes(module: str, session: Path) -> dict:
     """Counts by outcome, and the survivors with their diffs, from a session's records."""
-    dump = cosmic("cosmic-ray", "dump", str(session), env=env).stdout
-    counts = {"mutants": 0, "killed": 0, "survived": 0, "incompetent": 0, "skipped": 0, "not run": 0}
+    from cosmic_ray.work_db import WorkDB, use_db
+
+    counts = dict.fromkeys(OUTCOMES, 0)
     survivors = []
-    for line in dump.splitlines():
-        item, result = json.loads(line)
-        counts["mutants"] += 1
-        if result is None:
-            counts["not run"] += 1
-        elif result["worker_outcome"] == "skipped":
-            counts["skipped"] += 1
-        elif result["test_outcome"] == "survived":
-            counts["survived"] += 1
-            mutation = item["mutations"][0]
-            survivors.append({"job": item["job_id"], "operator": mutation["operator_name"],
-                              "line": mutation["start_pos"][0], "diff": result.get("diff", "")})
-        else:
-            counts[result["test_outcome"]] += 1
-    return {**counts, "survivors": survivors}
+    with use_db(str(session), WorkDB.Mode.open) as db:
+        results = dict(db.results)
+        for item in db.work_items:
+            result = results.get(item.job_id)
+            if result is None:
+                counts["not run"] += 1
+                continue
+            if result.worker_outcome == "skipped":
+                counts["skipped"] += 1
+                continue
+            outcome = json.loads(result.output)["outcome"]
+            counts[outcome] += 1
+            if outcome in ("survived", "not reached"):
+                mutation = item.mutations[0]
+                survivors.append({"job": item.job_id, "operator": mutation.operator_name, "outcome": outcome,
+                                  "line": mutation.start_pos[0], "diff": result.diff or ""})
+    survivors.sort(key=lambda s: (s["line"], s["operator"]))
+    return {"module": module, "mutants": sum(counts.values()), **counts, "survivors": survivors}
 
 
-def run_module(module: str, env: dict[str, str]) -> dict:
-    tests, timeout = MODULES[module]
-    config, session = write_config(module, tests, timeout), OUT / f"{name_of(module)}.sqlite"
-    started = time.time()
-    if not session.exists():  # a session already there is resumed where it stopped
-        for step in (("cosmic-ray", "init", str(config), str(session)),
-                     ("cr-filter-operators", str(session), str(config)),
-                     ("cr-filter-pragma", str(session))):
-            done = cosmic(*step, env=env)
-            if done.returncode:
-                raise SystemExit(f"{' '.join(step)}: {done.stderr.strip()[-2000:]}")
-        skip_annotations(session, module)
-        baseline = cosmic("cosmic-ray", "baseline", str(config), env=env)
-        if baseline.returncode:
-            raise SystemExit(f"{module}: the tests fail without any mutation:\n{baseline.stdout[-3000:]}"
-                             f"{baseline.stderr[-3000:]}")
-    cosmic("cosmic-ray", "exec", str(config), str(session), env=env)
-    result = {"module": module, "tests": tests, **outcomes(session, env),
-              "seconds": round(time.time() - started, 1)}
-    print(f"{module}: {result['mutants']} mutants, {result['killed']} killed, {result['survived']} survived, "
-          f"{result['incompetent']} incompetent, {result['skipped']} skipped by the operator filter, "
-          f"{result['not run']} not run ({result['seconds']:.0f} s)", flush=True)
-    return result
-
-
-def report(results: list[dict]) -> None:
+def report(results: dict[str, dict]) -> None:
+    """``summary.json`` (every module run so far) and ``survivors.md`` (each survivor's diff)."""
     summary = OUT / "summary.json"
-    previous = json.loads(summary.read_text()) if summary.exists() else {}
-    merged = {**previous, **{r["module"]: r for r in results}}
+    merged = {**(json.loads(summary.read_text()) if summary.exists() else {}), **results}
     summary.write_text(json.dumps(merged, indent=1))
     lines = ["# Surviving mutants", ""]
     for module, r in merged.items():
-        lines.append(f"## {module}: {len(r['survivors'])} of {r['mutants'] - r['skipped']} survived")
+        lines.append(f"## {module}: {r['survived']} survived, {r['not reached']} not reached by any test "
+                     f"({r['killed']} killed, {r['timeout']} by a timeout; {r['not run']} not run yet)")
         for s in r["survivors"]:
-            lines += ["", f"### {s['job']} ({s['operator']}, line {s['line']})", "", "```diff", s["diff"].strip(),
-                      "```"]
+            lines += ["", f"### {s['job']} ({s['operator']}, line {s['line']}, {s['outcome']})", "", "```diff",
+                      s["diff"].strip(), "```"]
         lines.append("")
     (OUT / "survivors.md").write_text("\n".join(lines))
+
+
+def line_of(result: dict) -> str:
+    tried = result["killed"] + result["timeout"] + result["survived"] + result["not reached"]
+    return (f"{result['module']}: {tried} of {result['mutants'] - result['skipped']} run: {result['killed']} killed, "
+            f"{result['timeout']} by a timeout, {result['survived']} survived, {result['not reached']} not reached, "
+            f"{result['incompetent']} incompetent, {result['not run']} not run")
+
+
+def run_module(module: str, selection: dict, env: dict[str, str], results: dict, deadline: float,
+               limit: int | None) -> float | None:
+    """Test the module's pending mutants, those whose tests take least time first, until done, the deadline or the
+    limit (the deadline moved on by the baseline's time: it must finish, and tests no mutant); the summary is
+    rewritten after each. The deadline, moved; None when it stopped the module."""
+    from cosmic_ray.work_db import WorkDB, use_db
+
+    session = OUT / f"{name_of(module)}.sqlite"
+    if not session.exists():  # a session already there is resumed where it stopped
+        started = time.time()
+        baseline(module, selection, env)
+        init_session(module, session, env)
+        deadline += time.time() - started
+    with use_db(str(session), WorkDB.Mode.open) as db:
+        pending = list(db.pending_work_items)
+    source = (TREE / "src" / "depthlab" / module).read_text()
+
+    def cost(item) -> tuple[float, tuple[int, int], str]:
+        """The seconds its tests took unmutated: the cheapest first, so a bounded run tests the most mutants."""
+        start, end = item.mutations[0].start_pos, item.mutations[0].end_pos
+        tests = tests_for(selection, module, statement_lines(source, start[0], end[0]))
+        return sum(selection["durations"].get(t, 1.0) for t in tests), tuple(start), item.job_id
+
+    pending.sort(key=cost)
+    results[module] = outcomes(module, session)
+    report(results)
+    for count, item in enumerate(pending):
+        if time.time() >= deadline:
+            return None
+        if limit is not None and count >= limit:
+            break
+        record(session, item.job_id, *test_mutant(item, module, selection, env))
+        results[module] = outcomes(module, session)
+        report(results)
+    return deadline
+
+
+def stop_on_sigterm() -> None:
+    """SIGTERM (``timeout``, a scheduler) stops the run as Ctrl-C does: the test process group is killed and the
+    mutated file put back."""
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", default=[], help="modules whose path contains one of these")
     parser.add_argument("--fresh", action="store_true", help="start the chosen modules' sessions again")
+    parser.add_argument("--select", nargs="*", default=None, metavar="TEST",
+                        help="derive the test selection from coverage again, over these test files (default: all)")
+    parser.add_argument("--limit", type=int, default=None, help="at most this many mutants of each module")
+    parser.add_argument("--time", type=float, default=None,
+                        help="start no mutant after this many seconds (a module's baseline not counted)")
     args = parser.parse_args()
     chosen = [m for m in MODULES if not args.only or any(o in m for o in args.only)]
+    if not chosen:
+        raise SystemExit(f"--only: no module matches {args.only}; the modules are {', '.join(MODULES)}")
+    stop_on_sigterm()
     OUT.mkdir(exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": "src", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+           "PYTHONDONTWRITEBYTECODE": "1"}
+    started = time.time()
+    if args.select is not None or not SELECTION.exists():
+        selection = collect(env, args.select or ["tests"])
+    else:
+        selection = json.loads(SELECTION.read_text())
+    if args.limit == 0:  # the selection only
+        print(json.dumps({m: len(e["tests"]) for m, e in selection["modules"].items()}))
+        return
     if args.fresh:
         for module in chosen:
             (OUT / f"{name_of(module)}.sqlite").unlink(missing_ok=True)
     copy_tree()
-    env = {**os.environ, "PYTHONPATH": "src", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    started = time.time()
-    results = []
-    for module in chosen:  # the summary is rewritten after every module: a stopped run keeps what it finished
-        results.append(run_module(module, env))
-        report(results)
-    total = {k: sum(r[k] for r in results) for k in ("mutants", "killed", "survived", "incompetent", "skipped")}
-    print(f"all: {total} in {time.time() - started:.0f} s; survivors with their diffs in {OUT / 'survivors.md'}")
+    deadline = started + args.time if args.time else float("inf")
+    results: dict[str, dict] = {}
+    for module in chosen:
+        deadline = run_module(module, selection, env, results, deadline, args.limit)
+        if deadline is None:
+            print(f"--time {args.time:.0f} s reached in {module}", flush=True)
+            break
+    for module in chosen:
+        if module in results:
+            print(line_of(results[module]), flush=True)
+    print(f"{time.time() - started:.0f} s; survivors with their diffs in {OUT / 'survivors.md'}")
 
 
 if __name__ == "__main__":

@@ -125,11 +125,52 @@ LONGEST_FIRST = ("test_reliability_kill.py", "test_capability.py", "test_figures
                  "test_ray_executor.py", "test_seed003_lengths.py", "test_notebook.py", "test_seed001_presets.py")
 
 
+# The fast tier (`make test-fast`: pytest -m fast): a file, or a test (every case of it) or one case, each a guard
+# of a flagship guarantee that a deliberate breakage once got past (mutation/breakages.py re-makes all fifteen and
+# checks the tier catches each). Where the data come from and each run's own stream; resume by its batches, steps,
+# writes and an altered checkpoint; the optimizer against torch.optim (clipping, warm-up, decay, bias correction,
+# runs leaving); the engine's recipes; weight decay and the owner check a second way; Theorem 3's margin; compile;
+# the TransformerLens export's eps; the cell key.
+FAST = ("test_provenance.py", "test_second_guards.py", "test_optim.py", "test_engine_resume.py",
+        "test_engine_recipes.py", "test_group_data.py", "test_fixed_data.py",
+        "test_cells.py::test_a_cell_is_the_config_less_its_seed",
+        "test_constructions.py::test_theorem3_icqa_exhaustive",
+        "test_device.py::test_a_compiled_step_traces_the_real_forward_and_backward_and_trains_the_same",
+        "test_induction_export.py::test_transformer_export_loads_in_transformerlens_with_equal_logits[learned-True-0.01]")
+
+
+def pytest_ignore_collect(collection_path, config):
+    """With ``-m fast`` alone, the test files outside the tier are not even imported (their imports are most of the
+    tier's time)."""
+    if config.getoption("markexpr") == "fast" and collection_path.name.startswith("test_") \
+            and collection_path.suffix == ".py":
+        return collection_path.name not in {entry.split("::")[0] for entry in FAST}
+    return None
+
+
+def in_fast_tier(item: pytest.Item, entry: str) -> bool:
+    name = item.nodeid.rsplit("/", 1)[-1]
+    return name == entry or name.startswith((f"{entry}::", f"{entry}["))
+
+
+def mark_fast_tier(items: list[pytest.Item]) -> None:
+    """Mark the tests of ``FAST`` ``fast``; an entry that names a collected file but none of its tests (renamed or
+    gone) is an error, so the tier never shrinks unnoticed."""
+    files = {item.path.name for item in items}
+    for entry in FAST:
+        marked = [item for item in items if in_fast_tier(item, entry)]
+        if not marked and entry.split("::")[0] in files:
+            raise pytest.UsageError(f"tests/conftest.py FAST names {entry!r}, which is not among the tests collected")
+        for item in marked:
+            item.add_marker(pytest.mark.fast)
+
+
 def pytest_collection_modifyitems(config, items):
-    """The longest files first (the order is the same in every worker, as xdist requires); tests marked ``gpu``
-    run only where PyTorch sees a CUDA GPU."""
+    """The fast tier marked; the longest files first (the order is the same in every worker, as xdist requires);
+    tests marked ``gpu`` run only where PyTorch sees a CUDA GPU."""
     import torch
 
+    mark_fast_tier(items)
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file's own order is kept
     if torch.cuda.is_available():

@@ -217,10 +217,6 @@ def test_information_flow_on_the_sequence():
 
 def test_information_flow_on_the_retrieval_task():
     """The same numbers on examples drawn from depthlab's own retrieval task (one query, N chains)."""
-    from depthlab.tasks import TASKS
-
-    if "retrieval" not in TASKS:
-        pytest.skip("no retrieval task")
     for D in (1, 2, 3, 5, 13, 14, 40, 41):
         r = information_flow.simulate_task(D, N=3, seed=D)
         assert r["layers_any"] == information_flow.closed_form(D)

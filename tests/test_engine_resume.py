@@ -14,7 +14,7 @@ import torch
 
 from depthlab.config import parse_run
 from depthlab.store import Store
-from depthlab.training.checkpoint import load_checkpoint, save_checkpoint
+from depthlab.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from depthlab.training.engine import train_group
 
 
@@ -96,3 +96,35 @@ def test_a_resumed_run_follows_its_checkpoint_when_the_checkpoint_is_altered(tmp
     assert resumed[21] == pytest.approx(uniform, rel=1e-6)
     assert abs(uninterrupted[21] - uniform) > 0.05  # the unaltered run was somewhere else
     assert resumed[20] == uninterrupted[20]  # logged before the checkpoint: left as it was
+
+
+MISSING = object()  # the stream's state left out of the checkpoint
+
+
+@pytest.mark.parametrize(("step", "pos", "refused"), [
+    (-1, 0, "step -1 or data-stream position 0 out of range"), (20, -1, "position -1 out of range"),
+    (20, 257, "position 257 out of range"), (20, MISSING, "does not fit"), (20, "x", "does not fit"),
+    (20, None, "does not fit"), (0, 0, None), (20, 256, None),
+], ids=["negative-step", "negative-position", "position-past-the-chunk", "no-stream", "position-not-a-number",
+        "position-none", "step-0", "position-at-the-chunk-end"])
+def test_a_checkpoint_s_step_and_stream_position_are_checked_before_it_is_loaded(tmp_path, step, pos, refused):
+    """A checkpoint whose step is negative, or whose data-stream position is missing, not a number or outside its
+    chunk (256 steps of 32 examples), is refused before any work, one line saying so; a checkpoint of step 0 is a run
+    at its start, one at position 256 at the end of its chunk."""
+    c = config(steps=22, eval_every=11, checkpoint_every=20)
+    store = Store(tmp_path)
+    with pytest.raises(_Killed):
+        train_group([c], store, progress=killed_after(21))
+    tensors, meta = load_checkpoint(folder(store, c))
+    extra = {k: v for k, v in meta.items() if k not in ("step", "format", "stream")}
+    if pos is not MISSING:
+        extra["stream"] = {**meta["stream"], "pos": pos}
+    save_checkpoint(folder(store, c), tensors, step, extra)
+    trained: list[int] = []
+    if refused is None:
+        train_group([c], store, progress=trained.append)
+        assert sum(trained) == 22 - step  # from its step to the end
+        return
+    with pytest.raises(CheckpointError, match=refused):
+        train_group([c], store, progress=trained.append)
+    assert trained == []

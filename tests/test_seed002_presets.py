@@ -6,22 +6,18 @@ from pathlib import Path
 
 import pytest
 
-from depthlab.config import TrainSpec, parse_run
+from depthlab.config import parse_run
 from depthlab.report.summaries import layers_summary, preset_summary
 from depthlab.store import Store
 from depthlab.sweeps.local import run_local
 from depthlab.sweeps.presets import load_preset
 from depthlab.training.engine import train_group
 
-KEEPS_HISTORY = "keep_checkpoints" in TrainSpec.model_fields
-
 
 @pytest.mark.parametrize(("name", "scale"), [("seed002-layers", "quick"), ("seed002-layers", "medium"),
                                            ("seed002-layers", "paper"), ("seed002-emergence", "quick"),
                                            ("seed002-emergence", "paper")])
 def test_presets_load(name, scale):
-    if name == "seed002-emergence" and not KEEPS_HISTORY:
-        pytest.skip("needs train.keep_checkpoints in the engine")
     preset = load_preset(name, scale)
     assert preset.runs and preset.note
     assert callable(preset_summary(preset))
@@ -71,7 +67,6 @@ def test_layers_summary_on_tiny_runs(tmp_path):
     assert Path(summary["figure"]).exists() and table.row_count == 2
 
 
-@pytest.mark.skipif(not KEEPS_HISTORY, reason="needs train.keep_checkpoints in the engine")
 def test_engine_keeps_history_and_logs_partial_losses(tmp_path):
     """The engine hooks the seed 002 analyses rely on: partial losses in the metrics and the final row, and the
     weights of every checkpoint kept as history (read by `analyze emergence`)."""
