@@ -29,6 +29,22 @@ def crash_at_step(n: int) -> Callable[[int], None]:
     return progress
 
 
+class Killed(BaseException):
+    """A kill: not an Exception, so the engine records nothing on its way out (as SIGKILL leaves it)."""
+
+
+def killed_after_step(n: int) -> Callable[[int], None]:
+    """A ``progress`` callback for ``train_group`` that raises :class:`Killed` at the n-th step."""
+    steps: list[int] = []
+
+    def progress(step: int) -> None:
+        steps.append(step)
+        if len(steps) == n:
+            raise Killed
+
+    return progress
+
+
 def record_metric_writes(root: Path) -> Callable[[], list[tuple[str, int, str, str, float]]]:
     """Record every row written into the metrics table of the store at ``root`` from now on, by any process.
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import Killed, killed_after_step
 from depthlab.config import parse_run
 from depthlab.errors import UserError
 from depthlab.store import Store
@@ -129,10 +130,6 @@ def test_stream_two_on_a_task_without_it_or_with_a_fixed_set_is_one_clear_error(
         parse_run({**RAW, "train": {**RAW["train"], "stream": 2, "train_examples": 64}})
 
 
-class _Killed(BaseException):
-    """A kill: not an Exception, so the engine records nothing on its way out."""
-
-
 def test_a_run_of_stream_two_killed_and_resumed_ends_with_the_uninterrupted_run_s_weights(tmp_path):
     from depthlab.training.checkpoint import load_checkpoint
     from depthlab.training.engine import train_group
@@ -140,15 +137,8 @@ def test_a_run_of_stream_two_killed_and_resumed_ends_with_the_uninterrupted_run_
     config = parse_run({**RAW, "train": {**RAW["train"], "stream": 2, "checkpoint_every": 3}})
     whole, store = Store(tmp_path / "whole"), Store(tmp_path / "s")
     train_group([config], whole)
-    seen = []
-
-    def kill_after_four(runs: int) -> None:
-        seen.append(runs)
-        if len(seen) == 4:
-            raise _Killed
-
-    with pytest.raises(_Killed):
-        train_group([config], store, progress=kill_after_four)  # the checkpoint of step 3 is the last one
+    with pytest.raises(Killed):
+        train_group([config], store, progress=killed_after_step(4))  # the checkpoint of step 3 is the last one
     trained = []
     train_group([config], store, progress=trained.append)
     assert sum(trained) == 3

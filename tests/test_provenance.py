@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import Killed, killed_after_step
 from depthlab.config import parse_run
 from depthlab.store import Store
 from depthlab.tasks import TASKS, Batch
@@ -222,25 +223,14 @@ def test_the_template_tasks_hold_data_out_and_the_large_spaces_are_checked_for_r
     assert {"induction", "mqar", "nearest_neighbor", "index_lookup"} <= large, large
 
 
-class _Killed(BaseException):
-    """A kill after a step: not an Exception, so the engine records nothing on its way out."""
-
-
 @pytest.mark.parametrize("examples", [None, 4 * BATCH], ids=["fresh", "fixed-set"])
 def test_a_resumed_run_trains_on_the_batches_after_its_checkpoint_and_no_others(tmp_path, examples):
     """Killed after step 4 (its checkpoint: step 3, mid-chunk), the run resumed trains steps 4 to 6 on exactly the
     batches the uninterrupted run trained them on: not from step 0 again, none skipped, none repeated."""
     c = config("icqa", 3, checkpoint_every=3, train_examples=examples)
     whole = train([c], tmp_path / "whole").trained[run_id(c)]
-    steps = []
-
-    def kill_after_4(runs: int) -> None:
-        steps.append(runs)
-        if len(steps) == 4:
-            raise _Killed
-
-    with pytest.raises(_Killed):
-        train([c], tmp_path / "s", progress=kill_after_4)
+    with pytest.raises(Killed):
+        train([c], tmp_path / "s", progress=killed_after_step(4))
     resumed = train([c], tmp_path / "s").trained[run_id(c)]
     assert len(resumed) == STEPS - 3, f"the resumed run trained {len(resumed)} steps, not the {STEPS - 3} after step 3"
     for step, ((x, y), (xw, yw)) in enumerate(zip(resumed, whole[3:], strict=True), start=4):
