@@ -22,6 +22,29 @@ start_check() {
   need_pydantic
 }
 
+# the "name|limit|command" steps ONLY_STEPS names (comma-separated; all when it is unset), into the array STEPS
+select_steps() {
+  local step
+  STEPS=()
+  for step in "$@"; do
+    if [ -z "${ONLY_STEPS:-}" ] || [[ ",$ONLY_STEPS," == *",${step%%|*},"* ]]; then STEPS+=("$step"); fi
+  done
+}
+
+# a step's limit: its own, or STEP_LIMITS' (name=seconds, comma-separated: what one lent GPU's session can give),
+# cut to what is left before DEADLINE (seconds since the epoch, 15 s kept for the summary; 0 when nothing is left)
+step_limit() {
+  local name=$1 limit=$2 pair left asked=${STEP_LIMITS:-}
+  for pair in ${asked//,/ }; do
+    if [ "${pair%%=*}" = "$name" ]; then limit=${pair#*=}; fi
+  done
+  if [ -n "${DEADLINE:-}" ]; then
+    left=$(( ${DEADLINE%.*} - $(date +%s) - 15 ))
+    if [ "$left" -lt "$limit" ]; then limit=$(( left > 0 ? left : 0 )); fi
+  fi
+  echo "$limit"
+}
+
 # every "name|limit|command" step, each under its limit
 run_steps() {
   local step name limit command
@@ -36,14 +59,21 @@ show_steps() {
   local step name limit command
   for step in "$@"; do
     IFS='|' read -r name limit command <<< "$step"
-    echo "$name (at most ${limit} s): $command"
+    echo "$name (at most $(step_limit "$name" "$limit") s): $command"
   done
 }
 
 # one step under its time limit: its output in OUT/NAME.out and .err, its wall time and exit code a line of
 # OUT/steps.jsonl (SIGTERM first: depthlab checkpoints the runs still training and stops)
 timed_step() {
-  local name=$1 limit=$2 command=$3 begin end rc
+  local name=$1 limit command=$3 begin end rc
+  limit=$(step_limit "$name" "$2")
+  if [ "$limit" -lt 5 ]; then  # DEADLINE reached: the step is recorded as skipped, not run
+    echo "$CHECK: $name skipped (the deadline)" >&2
+    "$PY" -c 'import json, sys; print(json.dumps({"name": sys.argv[1], "command": sys.argv[2], "limit_s": 0,
+"seconds": 0, "exit_code": None, "timed_out": False, "skipped": "deadline"}))' "$name" "$command" >> "$OUT/steps.jsonl"
+    return
+  fi
   echo "$CHECK: $name (at most ${limit} s)" >&2
   begin=$(date +%s.%N)
   # shellcheck disable=SC2086  # the command is split into words on purpose

@@ -23,6 +23,9 @@
 # Nothing is installed from the network. depthlab runs from src/ (PYTHONPATH=src); when pydantic is missing and
 # DEPTHLAB_WHEELS names a folder of wheels (pydantic, pydantic-core, annotated-types, typing-inspection,
 # typing-extensions), they are installed from it with pip --no-index. PYTHON picks the interpreter (python3).
+# What one lent GPU's session can give narrows it (benchmarks/check_steps.sh): ONLY_STEPS (step names,
+# comma-separated) runs only those steps, STEP_LIMITS (name=seconds, comma-separated) changes their limits, and
+# DEADLINE (seconds since the epoch) cuts every limit to what is left before it.
 set -u
 
 MODE=full
@@ -59,7 +62,7 @@ else
   PAPER=paper
 fi
 
-STEPS=(
+STEPS_ALL=(
   "pytest-gpu|${LIMITS[0]}|$PY -m pytest -m gpu tests/test_gpu.py tests/test_gpu_families.py -q -p no:cacheprovider --junitxml=$OUT/pytest-gpu.xml"
   "ops|${LIMITS[1]}|$PY -m depthlab.cli bench --ops --device $DEVICE ${OPS_ARGS[*]} --json"
   "throughput|${LIMITS[2]}|$PY -m depthlab.cli bench --device $DEVICE ${BENCH_ARGS[*]} --json"
@@ -71,6 +74,7 @@ STEPS=(
 # shellcheck source=benchmarks/check_steps.sh
 CHECK=gpu_check
 source "$ROOT/benchmarks/check_steps.sh"
+select_steps "${STEPS_ALL[@]}"
 if [ "$MODE" = dry ]; then
   show_steps "${STEPS[@]}"
   exit 0

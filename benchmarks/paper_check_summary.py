@@ -20,17 +20,16 @@ from typing import Any
 from gpu_check_summary import machine, printed_json
 
 
-def plan_rows(out: Path, steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per planned preset: runs, projected minutes on the device (None when the plan did not finish)."""
+def plan_rows(out: Path) -> list[dict[str, Any]]:
+    """One row per planned preset (``plans``' printed JSON, or the lines it streamed before its limit stopped it):
+    runs, projected minutes on the device (None when the plan failed, its error named)."""
+    printed = printed_json(out / "plans.out") or {}
     rows = []
-    for step in steps:
-        if not step["name"].startswith("plans/"):
-            continue
-        plan = printed_json(out / f"{step['name']}.out") or {}
+    for plan in printed.get("plans") or printed.get("cases") or []:
         seconds = plan.get("projected_seconds")
-        rows.append({"preset": step["name"].removeprefix("plans/"), "runs": plan.get("runs"),
-                     "device": plan.get("device"), "minutes": None if seconds is None else round(seconds / 60, 1),
-                     "upper_bound": plan.get("upper_bound"), "plan_exit_code": step["exit_code"]})
+        rows.append({"preset": plan["name"], "runs": plan.get("runs"), "device": plan.get("device"),
+                     "minutes": None if seconds is None else round(seconds / 60, 1),
+                     "upper_bound": plan.get("upper_bound"), "error": plan.get("error")})
     return rows
 
 
@@ -60,7 +59,7 @@ def tables(plans: list[dict[str, Any]], runs: dict[str, list[dict[str, Any]]]) -
     """The Markdown tables: plans (minutes per preset), then the runs each step finished."""
     lines = ["| preset | runs | device | projected minutes (upper bound) |", "|---|---:|---|---:|"]
     lines += [f"| {p['preset']} | {p['runs'] if p['runs'] is not None else '—'} | {p['device'] or '—'} | "
-              f"{p['minutes'] if p['minutes'] is not None else 'not finished'} |" for p in plans]
+              f"{p['minutes'] if p['minutes'] is not None else p['error'] or 'not finished'} |" for p in plans]
     for name, rows in runs.items():
         counts = Counter(r["status"] for r in rows)
         lines += ["", f"**{name}**: " + (", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no runs"), ""]
@@ -84,9 +83,9 @@ def _acc(value: float | None) -> str:
 
 def main(out: Path, mode: str, started: float, finished: float) -> dict[str, Any]:
     steps = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines() if line.strip()]
-    plans = plan_rows(out, steps)
-    runs = {s["name"]: store_runs(out / "stores" / s["name"]) for s in steps if not s["name"].startswith("plans/")}
-    results = {s["name"]: printed_json(out / f"{s['name']}.out") for s in steps if not s["name"].startswith("plans/")}
+    plans = plan_rows(out)
+    runs = {s["name"]: store_runs(out / "stores" / s["name"]) for s in steps if s["name"] != "plans"}
+    results = {s["name"]: printed_json(out / f"{s['name']}.out") for s in steps if s["name"] != "plans"}
     summary = {"mode": mode, "machine": machine(), "wall_seconds": round(finished - started, 1), "steps": steps,
                "plans": plans, "runs": runs, "results": results, "figures": str(out / "figures")}
     (out / "paper_check.json").write_text(json.dumps(summary, indent=1) + "\n")

@@ -17,7 +17,7 @@ from depthlab.config import parse_run
 from depthlab.errors import UserError
 from depthlab.store import Store
 from depthlab.sweeps.devices import train_on_devices
-from depthlab.sweeps.local import plan_groups, run_local
+from depthlab.sweeps.local import longest_first, plan_groups, run_local
 from depthlab.training import engine
 from depthlab.training.device import gpus_for, resolve_device
 
@@ -174,6 +174,16 @@ def test_two_workers_sharing_one_device_give_what_one_worker_gives(tmp_path):
 
     assert outcome(got) == outcome(expected) and rows(two) == rows(one)
     assert {r["threads"] for r in got.values()} == {max(1, torch.get_num_threads() // 2)}
+
+
+def test_workers_start_the_longest_groups_first():
+    """Several workers on a device take groups in decreasing steps × size: a long group started last would train
+    alone at the end (seed 001's paper scale: the 30,000-step IC-TM groups before the 5,000-step ones)."""
+    short = [parse_run({**RUN, "train": {**RUN["train"], "steps": 10}, "seed": 0})]
+    long = [parse_run({**RUN, "train": {**RUN["train"], "steps": 100}, "seed": 1})]
+    deep = [parse_run({**RUN, "model": {**RUN["model"], "layers": 3}, "train": {**RUN["train"], "steps": 100},
+                       "seed": 2})]
+    assert longest_first([short, long, deep]) == [deep, long, short]
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "two", "65"])

@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,19 +25,30 @@ def run(*args: str, **env: str) -> subprocess.CompletedProcess:
 def test_the_gpu_steps_and_every_plan_fit_in_nine_minutes():
     shown = run("--dry-run")
     assert shown.returncode == 0, shown.stderr
-    plan_limit = int(re.search(r"each at most (\d+) s", shown.stdout).group(1))
     limits = [int(x) for x in re.findall(r"\(at most (\d+) s\)", shown.stdout)]
-    names = [line.split(" (at most")[0] for line in shown.stdout.splitlines()[1:]]
-    assert names == ["seed001-depth", "seed001-heads", "seed004-induction", "seed002-circuits", "seed002-emergence",
-                     "dyck-tf1-N50", "dyck-tf1-N100"]  # the order of value per GPU-minute
+    names = [line.split(" (at most")[0] for line in shown.stdout.splitlines()]
+    assert names == ["plans", "seed001-depth", "seed001-heads", "seed004-induction", "seed002-circuits",
+                     "seed002-emergence", "dyck-tf1-N50", "dyck-tf1-N100"]  # the order of value per GPU-minute
     assert "--scale paper --device cuda" in shown.stdout and "sweep.task.N=[100]" in shown.stdout
-    assert PRESETS_WITH_PAPER * plan_limit + sum(limits) <= 9 * 60 - 15  # 15 s left for the summary
+    assert "plan_presets.py" in shown.stdout and "--device cuda" in shown.stdout.splitlines()[0]
+    assert sum(limits) <= 9 * 60 - 15  # 15 s left for the summary
+
+
+def test_a_session_narrows_the_steps_and_cuts_them_to_its_deadline():
+    """ONLY_STEPS, STEP_LIMITS and DEADLINE (what one lent GPU's minutes allow): the named steps only, the asked
+    limit, then every limit cut to what is left before the deadline (15 s kept for the summary)."""
+    shown = run("--dry-run", ONLY_STEPS="plans,seed001-depth", STEP_LIMITS="seed001-depth=330")
+    assert re.findall(r"^(\S+) \(at most (\d+) s\)", shown.stdout, re.M) == [("plans", "75"),
+                                                                             ("seed001-depth", "330")]
+    soon = str(int(time.time()) + 115)
+    cut = run("--dry-run", ONLY_STEPS="seed001-depth", STEP_LIMITS="seed001-depth=330", DEADLINE=soon)
+    assert 95 <= int(re.search(r"at most (\d+) s", cut.stdout).group(1)) <= 100
 
 
 def test_small_runs_the_same_path_on_the_cpu(tmp_path):
     """One plan and two steps (a preset, the sweep file): about 25 s on a quiet machine, one thread each."""
     out = tmp_path / "check"
-    done = run("--small", str(out), ONLY_STEPS="seed001-depth,dyck-tf1-N50", PLAN_PRESETS="seed001-depth")
+    done = run("--small", str(out), ONLY_STEPS="plans,seed001-depth,dyck-tf1-N50", PLAN_PRESETS="seed001-depth")
     assert done.returncode == 0, done.stderr[-2000:]
     summary = json.loads((out / "paper_check.json").read_text())
     assert summary["mode"] == "small" and [s["exit_code"] for s in summary["steps"]] == [0, 0, 0], summary["steps"]

@@ -113,6 +113,23 @@ def check_checkpoints(configs: list[RunConfig], store: Store) -> int:
     return checked
 
 
+def work(config: RunConfig, runs: int) -> float:
+    """Multiply-adds of one example through a group, roughly: runs × positions × layers × (width² + positions ×
+    width) — what an estimated shape's times are scaled by."""
+    task, model = config.task, config.model
+    n = task.seq_len
+    width = getattr(model, "width", None) or task.vocab_size + n
+    layers = getattr(model, "layers", 1)
+    return float(runs * n * layers * (width * width + n * width))
+
+
+def longest_first(groups: list[list[RunConfig]]) -> list[list[RunConfig]]:
+    """``groups`` in decreasing order of their steps × :func:`work`: with several workers on a device, the long
+    groups start first instead of one starting last and training alone while the others sit idle (largest
+    processing time first, the classic list-scheduling rule)."""
+    return sorted(groups, key=lambda group: -group[0].train.steps * work(group[0], len(group)))
+
+
 def workers_per_device(groups: list[list[RunConfig]], device: str) -> int:
     """How many of these groups train at once on ``device``: the groups' ``train.workers_per_device``, where
     ``auto`` is 1 on the CPU and, on a GPU, as many workers as GPU_MEMORY_FRACTION of its free memory holds with
@@ -158,5 +175,5 @@ def run_local(configs: list[RunConfig], store: Store, group_size: int | None = N
                     results.update(train_group(group, store, progress=progress, tracker=tracker))
     for key, groups in placed.items():
         if len(slots[key]) > 1:
-            results.update(train_on_devices(groups, store, slots[key], progress))
+            results.update(train_on_devices(longest_first(groups), store, slots[key], progress))
     return results

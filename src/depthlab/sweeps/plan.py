@@ -37,7 +37,7 @@ from ..training.device import resolve_device
 from ..training.engine import Group, group_key
 from ..training.evaluate import evaluate
 from ..training.footprint import check_group
-from .local import plan_groups
+from .local import plan_groups, work
 
 MIN_SECONDS = 0.25  # time at least this long of steps per shape …
 MIN_STEPS, MAX_STEPS = 3, 50  # … and at least / at most this many steps
@@ -53,16 +53,6 @@ class Timing:
     probe_examples: int
     steps_timed: int
     measured: bool = True
-
-
-def work(config: RunConfig, runs: int) -> float:
-    """Multiply-adds of one example through a group, roughly: runs × positions × layers × (width² + positions ×
-    width) — what an estimated shape's times are scaled by."""
-    task, model = config.task, config.model
-    n = task.seq_len
-    width = getattr(model, "width", None) or task.vocab_size + n
-    layers = getattr(model, "layers", 1)
-    return float(runs * n * layers * (width * width + n * width))
 
 
 def _scratch(config: RunConfig, steps: int) -> RunConfig:
