@@ -27,7 +27,7 @@ def test_the_gpu_steps_and_every_plan_fit_in_nine_minutes():
     assert shown.returncode == 0, shown.stderr
     limits = [int(x) for x in re.findall(r"\(at most (\d+) s\)", shown.stdout)]
     names = [line.split(" (at most")[0] for line in shown.stdout.splitlines()]
-    assert names == ["plans", "seed001-depth", "seed001-heads", "seed004-induction", "seed002-circuits",
+    assert names == ["plans", "seed001-depth", "ictm3-long", "seed001-heads", "seed004-induction", "seed002-circuits",
                      "seed002-emergence", "dyck-tf1-N50", "dyck-tf1-N100"]  # the order of value per GPU-minute
     assert "--scale paper --device cuda" in shown.stdout and "sweep.task.N=[100]" in shown.stdout
     assert "plan_presets.py" in shown.stdout and "--device cuda" in shown.stdout.splitlines()[0]

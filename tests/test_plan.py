@@ -102,3 +102,18 @@ def test_a_capability_study_is_planned_at_every_depth(tmp_path, monkeypatch):
     monkeypatch.setattr(presets, "preset_dir", lambda: folder)
     out = plan_for(presets.load_preset("climb", "quick"))
     assert out["runs"] == 6 and out["groups"] == 3 and out["steps"] == 60
+
+
+def test_a_shape_estimated_past_the_measuring_time_steps_no_faster_than_the_fastest_measured(tiny):
+    """With ``max_seconds=0`` the 2-layer shape is measured and the 1-layer one estimated from multiply-adds; a
+    small model is bound by launches (on a GPU) or by per-operation overhead (here), so the estimate is floored at
+    the fastest measured step: seed 001's paper-scale plan on an H200 estimated shapes 10x faster than any it
+    measured."""
+    from depthlab.sweeps.plan import plan_runs
+
+    deep_first = sorted(tiny.runs, key=lambda run: -run.model.layers)  # the 2-layer shape measured, 1 estimated
+    detail = plan_runs(deep_first, max_seconds=0)["shapes_detail"]
+    measured = [d["seconds_per_step"] for d in detail if d["measured"]]
+    estimated = [d["seconds_per_step"] for d in detail if not d["measured"]]
+    assert len(measured) == 1 and len(estimated) == 1
+    assert estimated[0] >= measured[0]

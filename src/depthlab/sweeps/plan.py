@@ -3,8 +3,11 @@
 The runs are put into the groups the local executor would train (``sweeps.local.plan_groups``: runs of one shape
 train together, a run axis on every tensor). For every distinct group shape (the group key and the number of runs
 in it) one group is built in a scratch store that is deleted afterwards — nothing is recorded in the user's
-store — and timed: building it (model, optimizer, the evaluation set), a few optimizer steps after a warm-up step,
-and one evaluation on its probe set. A group then costs
+store — and timed: building it (model, optimizer, the evaluation set), a few optimizer steps after the warm-up
+steps (on a GPU: the eager steps and the capture of the step's CUDA graph), the device synchronised before and after
+(a GPU queues graph replays: timing without it measured only the queueing, and seed 001's paper-scale plan on an H200
+read 1 minute for a study that trained for 94 s with eight workers), and one evaluation on its probe set. A group
+then costs
 
     build + steps × step + log points × probe evaluation + one final evaluation,
 
@@ -15,8 +18,9 @@ counted to its last step, while runs that reach ``train.target_accuracy`` (or a 
 study that settles early) stop sooner; checkpoints and data-sampling spikes are not counted.
 
 Past ``max_seconds`` of measuring, the remaining shapes are estimated instead of measured: their step and
-evaluation times scaled from the measured shapes' by their multiply-adds (``work``), and marked ``measured:
-false``. :func:`plan_runs` is what ``atlas``-style estimates call.
+evaluation times scaled from the measured shapes' by their multiply-adds (``work``), never below the fastest step
+measured (small models on a GPU are bound by kernel launches, not multiply-adds), and marked ``measured: false``.
+:func:`plan_runs` is what ``atlas``-style estimates call.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import torch
 from ..config import RunConfig
 from ..store import Store
 from ..training.data import eval_examples
-from ..training.device import resolve_device
+from ..training.device import GRAPH_WARMUP_STEPS, resolve_device, synchronize
 from ..training.engine import Group, group_key
 from ..training.evaluate import evaluate
 from ..training.footprint import check_group
@@ -68,7 +72,8 @@ def _scratch(config: RunConfig, steps: int) -> RunConfig:
 
 def measure(group: list[RunConfig], min_seconds: float = MIN_SECONDS) -> Timing:
     """Build ``group`` in a scratch store and time it (see the module docstring)."""
-    scratch = [_scratch(c, 1 + MAX_STEPS) for c in group]
+    scratch = [_scratch(c, 1 + GRAPH_WARMUP_STEPS + MAX_STEPS) for c in group]
+    device = resolve_device(group[0].train.device)
     check_group(scratch)  # a group that cannot fit is refused (one line) before anything is allocated
     with tempfile.TemporaryDirectory(prefix="depthlab-plan-") as tmp:
         store = Store(tmp)
@@ -77,14 +82,18 @@ def measure(group: list[RunConfig], min_seconds: float = MIN_SECONDS) -> Timing:
         built = Group(list(zip(scratch, ids, strict=True)), store, len(scratch))
         build = time.perf_counter() - started
         try:
-            built.step()  # warm-up: the first chunk of data, lazy allocations
+            for _ in range(1 + GRAPH_WARMUP_STEPS):  # the first chunk of data, lazy allocations, a GPU's capture
+                built.step()
+            synchronize(device)
             steps, started = 0, time.perf_counter()
             while steps < MAX_STEPS and (steps < MIN_STEPS or time.perf_counter() - started < min_seconds):
                 built.step()
                 steps += 1
+            synchronize(device)
             step = (time.perf_counter() - started) / steps
             started = time.perf_counter()
             evaluate(built.model, built.task, built.probe, built.autocast, {})
+            synchronize(device)
             probe = time.perf_counter() - started
         finally:
             for run in built.runs:
@@ -94,12 +103,14 @@ def measure(group: list[RunConfig], min_seconds: float = MIN_SECONDS) -> Timing:
 
 def _estimate(config: RunConfig, runs: int, measured: list[tuple[RunConfig, int, Timing]]) -> Timing:
     """A shape not measured: the measured shapes' seconds per unit of :func:`work` (per trained example and per
-    evaluated example; medians), times this shape's."""
+    evaluated example; medians), times this shape's; its step never faster than the fastest measured one."""
     mine = work(config, runs)
     train = statistics.median(t.step / (work(c, r) * c.train.batch_size) for c, r, t in measured)
+    fastest = min(t.step for _, _, t in measured)
     probe = statistics.median(t.probe / (work(c, r) * t.probe_examples) for c, r, t in measured)
     examples = min(config.train.eval_examples, eval_examples(config.task))
-    return Timing(statistics.median(t.build for _, _, t in measured), train * mine * config.train.batch_size,
+    return Timing(statistics.median(t.build for _, _, t in measured),
+                  max(fastest, train * mine * config.train.batch_size),
                   probe * mine * examples, examples, 0, measured=False)
 
 
