@@ -1,0 +1,156 @@
+"""Issue 45, item 1: stream version 2 for every task. Each task's ``sample_counter`` is deterministic given (seed,
+step, example) and differs across seeds and steps, has the shapes and dtypes of its ``sample``, and follows the
+task's definition: uniform draws where the task says so, labels equal to the task's own label function or reference
+solver, lengths and masks right. (IC-QA, index lookup and MQAR: ``test_counter_stream.py``.)"""
+
+import numpy as np
+import pytest
+import torch
+
+from depthlab.tasks import TASKS
+from depthlab.tasks.counter import Counter, seed_keys
+
+# One small setting per task: what the generic tests sample.
+SETTINGS = {
+    "memorization": {"n_words": 6, "length": 3, "n_examples": 40},
+    "template": {"l": 3, "n_symbols": 10},
+    "ictm": {"k": 2, "l": 3, "n_symbols": 10, "n_a": 5},
+    "icqa": {"k": 3, "n_q": 8, "n_a": 8},
+    "nested_icqa": {"k": 2, "hops": 2, "n_symbols": 9},
+    "conditional_retrieval": {"N": 2, "D": 3, "parents": 2, "dag": "random"},
+    "retrieval": {"N": 3, "D": 2, "n_symbols": 12},
+    "retrieval_vec": {"N": 3, "D": 2, "K": 4},
+    "induction": {"n_tokens": 6, "length": 10},
+    "index_lookup": {"N": 12},
+    "mqar": {"pairs": 4, "n_keys": 10, "n_values": 6},
+    "dyck": {"N": 12},
+    "eq_random": {"N": 12},
+    "eq_one": {"N": 12, "alphabet": 16},
+    "eq_ncp": {"N": 12, "alphabet": 4},
+    "nearest_neighbor": {"N": 8, "d": 6},
+}
+
+
+COUNTED = sorted(name for name in SETTINGS if TASKS[name].counter_sampling)
+
+
+def counter_batch(task, seeds, steps, size=64):
+    return task.sample_counter(Counter(seed_keys(torch.tensor(seeds)), torch.tensor(steps), size))
+
+
+def flat(task, size, seed=0, step=0):
+    """One run's batch as numpy arrays [size, …]."""
+    x, y = counter_batch(task, [seed], [step], size)
+    return x[0].numpy(), y[0].numpy()
+
+
+def chi_square_ok(counts, expected) -> bool:
+    """Every count within five standard deviations of its expectation."""
+    counts, expected = np.asarray(counts), np.asarray(expected, dtype=float)
+    return bool(np.all(np.abs(counts - expected) < 5 * np.sqrt(expected)))
+
+
+@pytest.mark.parametrize("name", COUNTED)
+def test_a_run_s_batch_depends_on_its_seed_and_step_only(name):
+    task = TASKS[name](**SETTINGS[name])
+    x_group, y_group = counter_batch(task, [3, 5, 2**40 + 5], [7, 7, 7], 16)
+    x_alone, y_alone = counter_batch(task, [5], [7], 16)
+    assert torch.equal(x_group[1], x_alone[0]) and torch.equal(y_group[1], y_alone[0])
+    assert torch.equal(counter_batch(task, [5], [7], 16)[0], x_alone)  # the same again
+    assert not torch.equal(x_group[0], x_group[1]) and not torch.equal(x_group[1], x_group[2])  # other seeds
+    assert not torch.equal(counter_batch(task, [5], [8], 16)[0], x_alone)  # the next step
+
+
+@pytest.mark.parametrize("name", COUNTED)
+def test_counter_batches_have_the_shapes_and_dtypes_of_the_task_s_own_batches(name):
+    task = TASKS[name](**SETTINGS[name])
+    x, y = counter_batch(task, [0, 1], [0, 0], 5)
+    own = task.sample(5, np.random.default_rng(0), "train")
+    assert x.shape == (2, *own.inputs.shape) and y.shape == (2, *own.targets.shape)
+    assert x.numpy().dtype == own.inputs.dtype and y.numpy().dtype == own.targets.dtype
+    if not task.input_dim:
+        assert x.min() >= 0 and x.max() < task.vocab_size
+
+
+def test_memorization_draws_the_stored_examples_uniformly():
+    task = TASKS["memorization"](**SETTINGS["memorization"])
+    x, y = flat(task, 8000)
+    stored = {tuple(row): label for row, label in zip(task.dataset.inputs.tolist(), task.dataset.targets.tolist(),
+                                                      strict=True)}
+    assert all(stored[tuple(row)] == label for row, label in zip(x.tolist(), y.tolist(), strict=True))
+    assert chi_square_ok(np.bincount(y, minlength=40), np.full(40, 8000 / 40))
+
+
+@pytest.mark.parametrize("first", [None, 2])
+def test_induction_examples_repeat_one_bigram_and_a_occurs_nowhere_else(first):
+    task = TASKS["induction"](**SETTINGS["induction"], first=first)
+    x, y = flat(task, 6000)
+    tokens = np.concatenate([x[:, 1:], y[:, None]], 1) - 4  # t_0 … t_{n-1}
+    a, b = tokens[:, -2], tokens[:, -1]
+    assert (x[:, 0] == 1).all() and (a != b).all()
+    seen = tokens[:, :-2] == a[:, None]
+    assert (seen.sum(1) == 1).all()  # A once before the end, and B right after it
+    p = seen.argmax(1)
+    assert (tokens[np.arange(len(p)), p + 1] == b).all()
+    assert (p == 2).all() if first == 2 else chi_square_ok(np.bincount(p, minlength=7), np.full(7, 6000 / 7))
+    others = tokens[:, :-2][~seen & (np.arange(8) != (p + 1)[:, None])]  # neither A nor the B after it
+    assert chi_square_ok(np.bincount(a, minlength=6), np.full(6, 1000))
+    assert len(np.unique(others)) == 6  # every word, A of other examples included
+
+
+def follow_chains(pairs, start, steps):
+    """The reference solver of retrieval: from ``start`` follow the pairs (first → second) ``steps`` times."""
+    value = start.copy()
+    for _ in range(steps):
+        hit = pairs[:, :, 0] == value[:, None]
+        assert (hit.sum(1) == 1).all()  # every symbol opens exactly one pair
+        value = pairs[np.arange(len(value)), hit.argmax(1), 1]
+    return value
+
+
+def test_retrieval_targets_are_the_chain_ends_and_the_symbols_uniform_and_distinct():
+    task = TASKS["retrieval"](**SETTINGS["retrieval"])
+    x, y = flat(task, 6000)
+    pairs = x[:, :-1].reshape(len(x), -1, 2)
+    assert np.array_equal(follow_chains(pairs, x[:, -1], 2), y)
+    symbols = np.concatenate([pairs[:, 3:, 0], pairs[:, 3:, 1], pairs[:, :3, 1]], 1)  # each symbol of a chain once
+    assert (np.diff(np.sort(symbols, 1), axis=1) > 0).all()
+    assert np.isin(pairs[:, :3, 0], pairs[:, 3:, 1]).all()  # step 2 starts where step 1 ended
+    assert chi_square_ok(np.bincount(symbols.ravel(), minlength=12), np.full(12, 9 * 6000 / 12))
+    queried = (pairs[:, 3:, 0] == x[:, -1:]).argmax(1)  # the query's slot in step 1: uniform
+    assert chi_square_ok(np.bincount(queried, minlength=3), np.full(3, 2000))
+
+
+def test_retrieval_vec_symbols_are_standard_normal_and_targets_the_query_s_chain():
+    task = TASKS["retrieval_vec"](**SETTINGS["retrieval_vec"])
+    x, y = flat(task, 3000)
+    assert np.array_equal(x[:, :, 4:], np.broadcast_to(task.positions, (3000, 15, 4)))
+    vectors = x[:, :, :4].astype(np.float64)
+    assert abs(vectors.mean()) < 0.01 and abs(vectors.var() - 1) < 0.02
+    assert abs(np.mean(vectors**4) - 3) < 0.1  # the normal's fourth moment
+    pairs = vectors[:, :12].reshape(3000, 6, 2, 4)
+    for q in range(3):  # follow each query's chain by exact vector matches
+        value, chain = vectors[:, 12 + q], []
+        for _ in range(2):
+            hit = (pairs[:, :, 0] == value[:, None]).all(-1)
+            assert (hit.sum(1) == 1).all()
+            value = pairs[np.arange(3000), hit.argmax(1), 1]
+            chain.append(value)
+        assert np.array_equal(np.concatenate(chain, 1).astype(np.float32), y[:, q])
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_nested_icqa_targets_follow_hops_links_from_the_query(shuffle):
+    task = TASKS["nested_icqa"](**SETTINGS["nested_icqa"], shuffle=shuffle)
+    x, y = flat(task, 6000)
+    links = x[:, :-2].reshape(len(x), -1, 3)
+    assert (links[:, :, 1] == task.sign_id).all() and (x[:, -1] == task.sign_id).all()
+    assert np.array_equal(follow_chains(links[:, :, ::2], x[:, -2], 2), y)
+    symbols = np.concatenate([links[:, :, 0], links[:, :, 2]], 1)
+    assert chi_square_ok(np.bincount(links[:, 0, 0], minlength=9), np.full(9, 6000 / 9))
+    assert (np.sort(symbols, 1)[:, 1:] != np.sort(symbols, 1)[:, :-1]).sum(1).min() == 5  # 6 distinct of 8
+    first_link = (links[:, :, 0] == x[:, -2:-1]).argmax(1)  # where the query's first link sits
+    if shuffle:
+        assert chi_square_ok(np.bincount(first_link, minlength=4), np.full(4, 1500))
+    else:
+        assert set(np.unique(first_link)) == {0, 1}
