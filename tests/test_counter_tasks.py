@@ -154,3 +154,111 @@ def test_nested_icqa_targets_follow_hops_links_from_the_query(shuffle):
         assert chi_square_ok(np.bincount(first_link, minlength=4), np.full(4, 1500))
     else:
         assert set(np.unique(first_link)) == {0, 1}
+
+
+def equality_halves(task, x):
+    """x, y and k of each equality example, read back from its tokens (pads on the left, [sep] in the middle)."""
+    k = (x[:, :-1] != task.pad_id).sum(1) + (x[:, -1] != task.pad_id) - 1
+    strings = [row[row != task.pad_id] for row in x]
+    assert all(s[len(s) // 2] == task.sep_id for s in strings) and (k % 2 == 0).all()
+    return [s[: len(s) // 2] for s in strings], [s[len(s) // 2 + 1 :] for s in strings], k
+
+
+@pytest.mark.parametrize("name", ["eq_random", "eq_one"])
+def test_equality_labels_say_whether_the_halves_are_equal_and_lengths_are_uniform(name):
+    task = TASKS[name](**SETTINGS[name])
+    x, y = flat(task, 6000)
+    first, second, k = equality_halves(task, x)
+    assert np.array_equal(y, [int(np.array_equal(a, b)) for a, b in zip(first, second, strict=True)])
+    assert chi_square_ok(np.bincount(k)[2::2], np.full(6, 1000))  # k in 2, 4, …, 12
+    assert abs(y.mean() - (0.5 if name == "eq_one" else 0.5 + 0.5 * np.mean(0.5 ** (k // 2)))) < 0.03
+    symbols, size = np.concatenate(first), task.alphabet
+    assert chi_square_ok(np.bincount(symbols, minlength=size), np.full(size, len(symbols) / size))
+    if name == "eq_one":  # a negative differs from its first half in exactly one symbol
+        assert all((a != b).sum() == 1 for a, b, label in zip(first, second, y, strict=True) if not label)
+
+
+def valid_continuations(task, string):
+    """The reference of Eq-ncp: the valid next tokens after each prefix of ``string`` in {w|w : |w| ≥ 1}."""
+    a, h = task.alphabet, len(string) // 2
+    rows = []
+    for i in range(len(string)):  # after string[:i + 1]
+        row = np.zeros(a + 2, dtype=np.uint8)
+        if i < h:
+            row[:a], row[a] = 1, 1
+        elif i < 2 * h:
+            row[string[i - h]] = 1
+        else:
+            row[a + 1] = 1
+        rows.append(row)
+    return np.array(rows)
+
+
+def test_eq_ncp_targets_are_the_valid_continuations_of_every_prefix():
+    task = TASKS["eq_ncp"](**SETTINGS["eq_ncp"])
+    x, y = flat(task, 400)
+    first, second, k = equality_halves(task, x)
+    assert all(np.array_equal(a, b) for a, b in zip(first, second, strict=True))
+    for row, targets, length in zip(x, y, k, strict=True):
+        pads = 12 - length
+        assert (targets[:pads, : task.alphabet] == 1).all() and (targets[:pads, task.alphabet :] == 0).all()
+        assert np.array_equal(targets[pads:], valid_continuations(task, row[pads:]))
+
+
+@pytest.mark.parametrize("setting", [{"N": 12}, {"N": 20, "n_types": 1}, {"N": 16, "n_types": 3, "depth": 3}])
+def test_dyck_labels_are_membership_and_positives_follow_the_generator(setting):
+    from depthlab.tasks.dyck import is_dyck, is_dyck_tensor
+
+    task = TASKS["dyck"](**setting)
+    x, y = flat(task, 4000)
+    assert np.array_equal(y, is_dyck(x, task.n_types, task.depth))  # the label is the string's membership
+    assert abs(y.mean() - 0.5) < 0.04
+    own = task.positives(4000, np.random.default_rng(0))
+    assert np.array_equal(is_dyck_tensor(torch.as_tensor(own), task.depth).numpy(), np.ones(4000, bool))
+    for column in range(0, task.N, 3):  # each position's bracket distribution is the generator's
+        ours = np.bincount(x[y == 1, column], minlength=2 * task.n_types) / (y == 1).sum()
+        theirs = np.bincount(own[:, column], minlength=2 * task.n_types) / 4000
+        assert np.abs(ours - theirs).max() < 0.05
+
+
+def test_dyck_membership_on_the_device_is_the_host_s():
+    from depthlab.tasks.dyck import is_dyck, is_dyck_tensor
+
+    rng = np.random.default_rng(1)
+    task = TASKS["dyck"](N=10, depth=2)
+    strings = np.concatenate([rng.integers(0, 4, (3000, 10)), task.positives(3000, rng)])
+    assert np.array_equal(is_dyck_tensor(torch.as_tensor(strings), 2).numpy(), is_dyck(strings, 2, 2))
+
+
+def solve_conditional_retrieval(task, row):
+    """The reference solver: from the query, at each step the fact whose last key is the latest value and whose
+    other keys are among the chain's earlier values; returns the answer and each step's earlier parents."""
+    facts = row[:-1].reshape(-1, task.width)
+    known, start, parents = [row[-1]], 0, []
+    for s in range(task.D, 0, -1):
+        size = task.facts_in_step(s)
+        start += size
+    for s in range(1, task.D + 1):
+        size = task.facts_in_step(s)
+        start -= size
+        block = facts[start : start + size]
+        keys = [[v for v in fact[:-1] if v != task.blank_id] for fact in block]
+        match = [i for i, key in enumerate(keys) if key[-1] == known[-1] and all(v in known for v in key)]
+        assert len(match) == 1
+        parents.append([known.index(v) for v in keys[match[0]][:-1]])
+        known.append(block[match[0], -1])
+    return known[-1], parents
+
+
+@pytest.mark.parametrize("setting", [SETTINGS["conditional_retrieval"], {"N": 1, "D": 3, "dag": "random"},
+                                     {"N": 3, "D": 3, "parents": 3, "decoys": False}])
+def test_conditional_retrieval_targets_are_the_solver_s_and_parents_uniform(setting):
+    task = TASKS["conditional_retrieval"](**setting)
+    x, y = flat(task, 1500)
+    solved = [solve_conditional_retrieval(task, row) for row in x]
+    assert np.array_equal(y, [answer for answer, _ in solved])
+    symbols = x[x != task.blank_id]
+    assert set(np.unique(symbols)) == set(range(task.n_symbols))
+    if task.dag == "random":  # step 3's other parent: v_0 or v_1, uniformly
+        other = np.array([parents[2][0] for _, parents in solved])
+        assert chi_square_ok(np.bincount(other, minlength=2), [750, 750])

@@ -94,6 +94,13 @@ class Counter:
         keys = bits * population + members  # unique keys: no ties to break
         return keys.topk(k, dim=-1, largest=False, sorted=True).indices
 
+    def subset(self, population: int, k: torch.Tensor, draw: int, rows: int) -> torch.Tensor:
+        """``rows`` uniformly random subsets of [0, population) per example, of k members each ([R, B, rows, 1],
+        from 1 to population): a mask [R, B, rows, population], True on the k members whose keys are smallest."""
+        members = torch.arange(population, dtype=torch.int64, device=self.device)
+        keys = self.bits(draw, population * rows).unflatten(-1, (rows, population)) * population + members
+        return keys <= keys.sort(-1).values.gather(-1, k - 1)  # keys are distinct: exactly k at or below the k-th
+
     def uniform(self, draw: int, width: int = 1) -> torch.Tensor:
         """Reals uniform in (0, 1), float64 [R, B, width]: (h + ½) / 2³², never 0 or 1."""
         return (self.bits(draw, width).double() + 0.5) * 2.0**-32
