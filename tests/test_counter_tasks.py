@@ -50,6 +50,10 @@ def chi_square_ok(counts, expected) -> bool:
     return bool(np.all(np.abs(counts - expected) < 5 * np.sqrt(expected)))
 
 
+def test_every_registered_task_has_the_counter_stream_and_a_setting_here():
+    assert sorted(SETTINGS) == sorted(TASKS) and sorted(TASKS) == COUNTED
+
+
 @pytest.mark.parametrize("name", COUNTED)
 def test_a_run_s_batch_depends_on_its_seed_and_step_only(name):
     task = TASKS[name](**SETTINGS[name])
@@ -262,3 +266,84 @@ def test_conditional_retrieval_targets_are_the_solver_s_and_parents_uniform(sett
     if task.dag == "random":  # step 3's other parent: v_0 or v_1, uniformly
         other = np.array([parents[2][0] for _, parents in solved])
         assert chi_square_ok(np.bincount(other, minlength=2), [750, 750])
+
+
+@pytest.mark.parametrize("setting", [SETTINGS["template"], {"l": 5, "n_symbols": 60, "n_classes": 7}])
+def test_template_sequences_are_training_ones_labelled_by_their_template(setting):
+    task = TASKS["template"](**setting)
+    x, y = flat(task, 6000)
+    seqs, space = x[:, :-1], task.space
+    assert (x[:, -1] == task.sign_id).all() and not space.held_out(seqs).any()  # nothing held out is trained on
+    tmpl = space.template_of(seqs)
+    assert np.array_equal(y, task.template_labels[tmpl])
+    n_templates = len(task.template_rows)
+    assert chi_square_ok(np.bincount(tmpl, minlength=n_templates), np.full(n_templates, 6000 / n_templates))
+    if setting["l"] == 3:  # within a template, uniform over its training sequences: here αβγ's 540 of 720
+        train = space.enumerate("train")[0][space.enumerate("train")[1] == 4]
+        codes = seqs[tmpl == 4] @ np.array([100, 10, 1])
+        assert set(codes) <= set(train @ np.array([100, 10, 1]))
+        assert len(set(codes)) > 0.8 * len(train) and np.bincount(codes).max() < 12  # spread over them
+
+
+@pytest.mark.parametrize("setting", [SETTINGS["ictm"], {"k": 3, "l": 5, "n_symbols": 60, "n_a": 6}])
+def test_ictm_targets_are_the_answer_of_the_question_sharing_the_query_s_template(setting):
+    task = TASKS["ictm"](**setting)
+    n = 3000 if task.l == 3 else 1000  # l = 5: 3 · 224 candidates an example (the redraw budget of a batch of 1,000)
+    x, y = flat(task, n)
+    k, l, space = task.k, task.l, task.space
+    blocks = x[:, : k * (l + 2)].reshape(len(x), k, l + 2)
+    questions, answers, query = blocks[:, :, :l], blocks[:, :, -1], x[:, -l - 1 : -1]
+    assert (blocks[:, :, l] == task.sign_id).all()
+    assert not space.held_out(questions.reshape(-1, l)).any() and not space.held_out(query).any()
+    templates = space.template_of(questions.reshape(-1, l)).reshape(len(x), k)
+    assert (np.sort(templates, 1)[:, 1:] != np.sort(templates, 1)[:, :-1]).all()  # k distinct templates
+    asked = templates == space.template_of(query)[:, None]
+    assert (asked.sum(1) == 1).all()  # the reference solver: the one question with the query's template
+    c = asked.argmax(1)
+    assert np.array_equal(y, answers[np.arange(len(x)), c])
+    assert (questions[np.arange(len(x)), c] != query).any(1).all()  # a new substitution map
+    assert chi_square_ok(np.bincount(c, minlength=k), np.full(k, n / k))
+    assert chi_square_ok(np.bincount(answers.ravel() - task.answer_offset), np.full(task.n_a, n * k / task.n_a))
+
+
+def test_the_held_out_split_on_the_device_is_the_host_s():
+    from depthlab.tasks.base import split_mask as host_mask
+    from depthlab.tasks.counter import split_mask
+
+    rng = np.random.default_rng(0)
+    codes = np.concatenate([rng.integers(0, 2**62, 20000), np.arange(500), [2**62 - 1, 2**63 - 1]])
+    for split_seed, fraction in ((0, 0.25), (7, 0.5), (2**40, 0.9), (1, 0.0)):
+        device = split_mask(torch.as_tensor(codes), fraction, split_seed).numpy()
+        assert np.array_equal(device, host_mask(codes, fraction, split_seed))
+
+
+def nearest_labels(x, y, half):
+    """The reference solver of NstNb: each query's label is the label of its nearest earlier vector."""
+    labels = []
+    for k in range(half, x.shape[1]):
+        dots = np.einsum("bkd,bd->bk", x[:, :k], x[:, k])
+        labels.append(y[np.arange(len(x)), dots.argmax(1)])
+        top2 = np.sort(dots, 1)[:, -2:]
+        assert (top2[:, 1] - top2[:, 0] >= 0.05 - 1e-6).all()  # the margin γ, up to float32 rounding
+    return np.stack(labels, 1)
+
+
+def test_nearest_neighbor_queries_have_the_margin_and_the_nearest_neighbour_s_label():
+    task = TASKS["nearest_neighbor"](**SETTINGS["nearest_neighbor"])
+    inputs, targets = flat(task, 3000)
+    x, y = inputs[:, 0::2, :6].astype(np.float64), inputs[:, 1::2, 7].astype(np.int64)
+    assert (inputs[:, 0::2, 6:] == 0).all() and (inputs[:, 1::2, :6] == 0).all()
+    assert np.array_equal(inputs[:, 1::2, 6], 1 - y) and np.array_equal(targets, y[:, 4:])
+    assert np.allclose(np.linalg.norm(x, axis=-1), 1, atol=1e-6)
+    assert np.array_equal(nearest_labels(x, y, 4), targets)
+    first = x[:, :4].reshape(-1, 6)  # uniform on the sphere: mean 0, covariance I/d
+    assert np.abs(first.mean(0)).max() < 0.03 and np.abs(first.T @ first / len(first) - np.eye(6) / 6).max() < 0.01
+    assert chi_square_ok(np.bincount(y[:, :4].ravel()), [6000, 6000])
+
+
+def test_a_margin_out_of_reach_is_one_clear_error_before_sampling():
+    from depthlab.errors import UserError
+
+    task = TASKS["nearest_neighbor"](N=16, d=2, gamma=0.9)
+    with pytest.raises(UserError, match=r"task\.gamma: a margin of 0\.9 is out of reach"):
+        counter_batch(task, [0], [0], 4)

@@ -76,6 +76,9 @@ class Counter:
 
     def bits(self, draw: int, width: int) -> torch.Tensor:
         """``width`` 32-bit values per example, [R, B, width] (int64 in [0, 2³²)); width at most 2¹⁶."""
+        if width > 1 << 16 or not 0 <= draw < 1 << 15:  # wider, or past the draws: lanes of two draws would meet
+            raise ValueError(f"a counter draw takes at most 65,536 lanes and numbers below 32,768 (got {width:,} "
+                             f"lanes of draw {draw})")
         lanes = torch.arange(draw << 16, (draw << 16) + width, dtype=torch.int64, device=self.device)
         return hash32(self.keys ^ lanes)
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from functools import cached_property, lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -45,6 +46,11 @@ from depthlab.tasks.base import (
     sample_distinct,
     split_mask,
 )
+
+if TYPE_CHECKING:  # torch only where the counter stream runs: `depthlab tasks` never loads it
+    import torch
+
+    from depthlab.tasks.counter import Counter, DeviceTables
 
 GREEK = "αβγδεζηθικλμνξοπρστυφχψω"
 MAX_TEMPLATES = 100_000  # more templates than this is certainly a mistake (and a slow construction)
@@ -358,6 +364,59 @@ class TemplateSpace:
                 f"{self.eval_fraction} may be too extreme for n_symbols={self.n_symbols}"
             )
         return out
+
+
+    # --- stream 2 (``tasks.counter``) -------------------------------------------------------------------
+    @cached_property
+    def device_tables(self) -> DeviceTables:
+        from depthlab.tasks.counter import DeviceTables
+
+        table, offsets, counts = self._tables["train"]
+        return DeviceTables(rows=self.rows, table=table, offsets=offsets, counts=counts)
+
+    def sample_counter(self, counter: Counter, tmpl: torch.Tensor, draw: int,
+                       exclude: torch.Tensor | None = None) -> torch.Tensor:
+        """:meth:`sample` of the training split from the counter stream: a sequence [R, B, *S, l] of template
+        ``tmpl[…]`` ([R, B, *S]) for each, different from ``exclude`` [R, B, *S, l] when given; draws ``draw`` …
+        ``draw + 1``.
+
+        The redraw loop as one tensor operation: ``_max_rounds`` candidates per sequence at once, each drawn as
+        :meth:`sample` draws one (an entry of the template's table of training sequences, or a uniformly random
+        injection: independent symbols, valid when distinct, or distinct ones), and the first accepted is kept
+        (accepted: a valid injection whose sequence is not held out, ``counter.split_mask``, and not ``exclude``).
+        The first accepted of independent candidates is uniform over the accepted ones, as the loop's result is.
+        Where :meth:`sample` would run out of rounds and raise (probability below 10⁻¹² per batch) this keeps the
+        first candidate."""
+        import torch
+
+        from depthlab.tasks.counter import encode_rows, first_true, split_mask
+
+        tries = self._max_rounds(counter.batch, "train", exclude is not None)
+        lead, jmax, device = tmpl.shape, self.jmax, counter.device
+        size = math.prod(lead[2:])
+        tables = self.device_tables
+        rows = tables.get("rows", device)[tmpl][..., None, :]  # [R, B, *S, 1, l]
+        if self._distinct_prob >= 0.5:
+            injections = counter.below(self.n_symbols, draw + 1, size * tries * jmax).view(*lead, tries, jmax)
+            ordered = injections.sort(-1).values
+            valid = (ordered[..., 1:] != ordered[..., :-1]).all(-1)
+        else:
+            injections = counter.distinct(self.n_symbols, jmax, draw + 1, rows=size * tries).view(*lead, tries, jmax)
+            valid = torch.ones_like(injections[..., 0], dtype=torch.bool)
+        candidates = injections.gather(-1, rows.expand(*lead, tries, self.l))  # [R, B, *S, T, l]
+        ok = valid & ~split_mask(encode_rows(candidates, self.n_symbols), self.eval_fraction, self.split_seed)
+        if self.tabled.any():
+            counts = tables.get("counts", device)[tmpl][..., None]  # [R, B, *S, 1]; -1: not tabled
+            local = counter.below(counts.clamp(min=1).expand(*lead, tries).flatten(2), draw, size * tries)
+            pick = local.view(*lead, tries) + tables.get("offsets", device)[tmpl][..., None]
+            table = tables.get("table", device)
+            from_table = table[pick.clamp(max=len(table) - 1)]
+            tabled = counts >= 0
+            candidates = torch.where(tabled[..., None], from_table, candidates)
+            ok = ok | tabled
+        if exclude is not None:
+            ok = ok & (candidates != exclude[..., None, :]).any(-1)
+        return candidates.gather(-2, first_true(ok)[..., None].expand(*lead, 1, self.l))[..., 0, :]
 
 
 class TemplateTask(Task):
