@@ -347,3 +347,23 @@ def test_a_margin_out_of_reach_is_one_clear_error_before_sampling():
     task = TASKS["nearest_neighbor"](N=16, d=2, gamma=0.9)
     with pytest.raises(UserError, match=r"task\.gamma: a margin of 0\.9 is out of reach"):
         counter_batch(task, [0], [0], 4)
+
+
+@pytest.mark.parametrize("name", COUNTED)
+def test_a_group_trains_every_task_on_stream_two(tmp_path, name):
+    """The engine's step takes every task's stream-2 batch (token or vector inputs, class, multi-label or real
+    targets), and the loss it trains on is finite."""
+    from depthlab.config import parse_run
+    from depthlab.store import Store
+    from depthlab.training import engine
+
+    raw = {"task": {"name": name, **SETTINGS[name]}, "model": {"name": "transformer", "layers": 1, "width": 8},
+           "train": {"optimizer": "sgd", "lr": 0.01, "steps": 2, "batch_size": 16, "stream": 2}}
+    configs = [parse_run({**raw, "seed": seed}) for seed in (0, 1)]
+    store = Store(tmp_path)
+    ids = [store.create_run(c.to_dict(), c.task.name, c.model.name) for c in configs]
+    group = engine.Group(list(zip(configs, ids, strict=True)), store, len(configs))
+    group.step()
+    group.step()
+    assert torch.isfinite(group.loss_sums).all() and (group.loss_sums > 0).all()
+    assert group.batches.steps.tolist() == [2, 2]
