@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
 import numpy as np
 import torch
@@ -21,16 +20,7 @@ import torch
 from depthlab.tasks import TASKS
 from depthlab.tasks.counter import Counter, seed_keys
 from depthlab.training.data import CHUNK_EXAMPLES
-
-
-def rate(sample, examples: int, seconds: float) -> float:
-    """Examples per second of ``sample`` (one call makes ``examples``), over at least ``seconds``."""
-    sample()  # warm: caches, a template's tables, a task's tables on the device
-    calls, start = 0, time.perf_counter()
-    while calls == 0 or time.perf_counter() - start < seconds:
-        sample()
-        calls += 1
-    return calls * examples / (time.perf_counter() - start)
+from vmap_vs_run_axis import rate  # examples per second of a step, best kept to one definition
 
 
 def main() -> None:
@@ -58,7 +48,7 @@ def main() -> None:
 
             host = rate(lambda task=task, rng=rng: task.sample(CHUNK_EXAMPLES, rng, "train"), CHUNK_EXAMPLES,
                         args.seconds)
-            device = rate(counter_step, args.runs * args.batch, args.seconds)
+            device = rate(counter_step, args.runs * args.batch, args.seconds)  # the first call warms the tables
             best[name] = [max(best[name][0], host), max(best[name][1], device)]
     rows = {name: {"stream1_examples_per_s": round(host), "stream2_examples_per_s": round(device),
                    "ratio": round(device / host, 3)} for name, (host, device) in best.items()}

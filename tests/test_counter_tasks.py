@@ -9,6 +9,7 @@ import torch
 
 from depthlab.tasks import TASKS
 from depthlab.tasks.counter import Counter, seed_keys
+from test_seed003_tasks import ncp_reference
 
 # One small setting per task: what the generic tests sample.
 SETTINGS = {
@@ -182,31 +183,14 @@ def test_equality_labels_say_whether_the_halves_are_equal_and_lengths_are_unifor
         assert all((a != b).sum() == 1 for a, b, label in zip(first, second, y, strict=True) if not label)
 
 
-def valid_continuations(task, string):
-    """The reference of Eq-ncp: the valid next tokens after each prefix of ``string`` in {w|w : |w| ≥ 1}."""
-    a, h = task.alphabet, len(string) // 2
-    rows = []
-    for i in range(len(string)):  # after string[:i + 1]
-        row = np.zeros(a + 2, dtype=np.uint8)
-        if i < h:
-            row[:a], row[a] = 1, 1
-        elif i < 2 * h:
-            row[string[i - h]] = 1
-        else:
-            row[a + 1] = 1
-        rows.append(row)
-    return np.array(rows)
-
-
 def test_eq_ncp_targets_are_the_valid_continuations_of_every_prefix():
     task = TASKS["eq_ncp"](**SETTINGS["eq_ncp"])
     x, y = flat(task, 400)
     first, second, k = equality_halves(task, x)
     assert all(np.array_equal(a, b) for a, b in zip(first, second, strict=True))
-    for row, targets, length in zip(x, y, k, strict=True):
-        pads = 12 - length
-        assert (targets[:pads, : task.alphabet] == 1).all() and (targets[:pads, task.alphabet :] == 0).all()
-        assert np.array_equal(targets[pads:], valid_continuations(task, row[pads:]))
+    assert chi_square_ok(np.bincount(k)[2::2], np.full(6, 400 / 6))
+    for row, targets in zip(x.tolist(), y, strict=True):
+        assert np.array_equal(targets, ncp_reference(task, row))
 
 
 @pytest.mark.parametrize("setting", [{"N": 12}, {"N": 20, "n_types": 1}, {"N": 16, "n_types": 3, "depth": 3}])
