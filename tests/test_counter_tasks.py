@@ -351,3 +351,31 @@ def test_a_group_trains_every_task_on_stream_two(tmp_path, name):
     group.step()
     assert torch.isfinite(group.loss_sums).all() and (group.loss_sums > 0).all()
     assert group.batches.steps.tolist() == [2, 2]
+
+
+def positives_by_loop(task, counter):
+    """The position-by-position loop of ``BoundedDyck.positives`` on the counter's draws (the reference the scan
+    of ``counter_positives`` must equal)."""
+    big_n, k, types = task.N, task.depth, task.n_types
+    bits = counter.bits(draw=1, width=big_n)
+    stack = bits.new_zeros((*bits.shape[:-1], k + 1))
+    top = bits.new_zeros((*bits.shape[:-1], 1))
+    out = []
+    for j in range(big_n):
+        empty = top == 0
+        choice = (bits[..., j : j + 1] * torch.where(empty, types, types + 1)) >> 32
+        close = (top >= k) | (top >= big_n - j) | (~empty & (choice == types))
+        kind = torch.where(close, stack.gather(-1, (top - 1).clamp(min=0)), choice.clamp(max=types - 1))
+        out.append(2 * kind + close)
+        slot = top.clamp(max=k)
+        stack = stack.scatter(-1, slot, torch.where(close, stack.gather(-1, slot), kind))
+        top = torch.where(close, top - 1, top + 1)
+    return torch.cat(out, -1)
+
+
+@pytest.mark.parametrize("setting", [{"N": 2}, {"N": 12}, {"N": 37 * 2, "n_types": 3, "depth": 4},
+                                     {"N": 20, "depth": 1, "n_types": 1}])
+def test_dyck_positives_by_the_prefix_scan_are_the_loop_s(setting):
+    task = TASKS["dyck"](**setting)
+    counter = Counter(seed_keys(torch.tensor([0, 9])), torch.tensor([0, 5]), 500)
+    assert torch.equal(task.counter_positives(counter), positives_by_loop(task, counter))
