@@ -133,6 +133,8 @@ def test_retrieval_vec_symbols_are_standard_normal_and_targets_the_query_s_chain
     vectors = x[:, :, :4].astype(np.float64)
     assert abs(vectors.mean()) < 0.01 and abs(vectors.var() - 1) < 0.02
     assert abs(np.mean(vectors**4) - 3) < 0.1  # the normal's fourth moment
+    pair = vectors[:, 0, :2].T  # Box–Muller's two normals of one pair of uniforms: independent
+    assert abs(np.corrcoef(pair)[0, 1]) < 0.05 and abs(np.corrcoef(pair**2)[0, 1]) < 0.05
     pairs = vectors[:, :12].reshape(3000, 6, 2, 4)
     for q in range(3):  # follow each query's chain by exact vector matches
         value, chain = vectors[:, 12 + q], []

@@ -109,9 +109,11 @@ class Counter:
         return (self.bits(draw, width).double() + 0.5) * 2.0**-32
 
     def normal(self, draw: int, width: int = 1) -> torch.Tensor:
-        """Standard normals, float64 [R, B, width]: Box–Muller, √(−2 ln u) cos(2π v) from lanes 2i and 2i + 1."""
-        u = self.uniform(draw, 2 * width).unflatten(-1, (width, 2))
-        return (-2.0 * u[..., 0].log()).sqrt() * torch.cos(2.0 * math.pi * u[..., 1])
+        """Standard normals, float64 [R, B, width]: Box–Muller, each pair of uniforms (u, v) (lanes 2i, 2i + 1) giving
+        the two independent normals √(−2 ln u) cos(2πv) and √(−2 ln u) sin(2πv) (values 2i, 2i + 1)."""
+        u = self.uniform(draw, 2 * ((width + 1) // 2)).unflatten(-1, (-1, 2))
+        radius, angle = (-2.0 * u[..., 0].log()).sqrt(), 2.0 * math.pi * u[..., 1]
+        return torch.stack([radius * angle.cos(), radius * angle.sin()], -1).flatten(-2)[..., :width]
 
 
 def first_true(ok: torch.Tensor) -> torch.Tensor:

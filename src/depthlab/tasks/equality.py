@@ -281,15 +281,17 @@ class EqNCP(_Equality):
         string x|x; the same label sets after every prefix (uint8 [R, B, N + 1, |Σ| + 2])."""
         import torch
 
+        a = self.alphabet
         k = self.counter_lengths(counter)
-        x = counter.below(self.alphabet, draw=1, width=self.N // 2)
+        x = counter.below(a, draw=1, width=self.N // 2)
         i, h = self.counter_positions(k)
+        targets = (i < h)[..., None].to(torch.uint8).expand(*i.shape, a + 2).clone()  # pads, x: every symbol
+        targets[..., a] = (i >= 0) & (i < h)  # inside x: [sep] is valid too
+        targets[..., a + 1] = i == 2 * h  # the copy is complete: end of string
         copying = (i >= h) & (i < 2 * h)  # after [sep] or a copied symbol, not yet complete: one symbol
-        to_copy = x.gather(-1, (i - h).clamp(0, self.N // 2 - 1))
-        symbols = (i < h)[..., None] | (copying[..., None] & (torch.arange(self.alphabet, device=x.device)
-                                                              == to_copy[..., None]))
-        ends = torch.stack([(i >= 0) & (i < h), i == 2 * h], -1)  # [sep] inside x; [eos] once complete
-        return self.counter_layout(x, x, k), torch.cat([symbols, ends], -1).to(torch.uint8)
+        to_copy = x.gather(-1, (i - h).clamp(0, self.N // 2 - 1))[..., None]
+        targets.scatter_(-1, to_copy, (copying | (i < h))[..., None].to(torch.uint8))  # rows i < h stay all ones
+        return self.counter_layout(x, x, k), targets
 
     def decode(self, batch: Batch, i: int) -> str:
         return " ".join(self.vocab[t] for t in batch.inputs[i] if t != self.pad_id)
