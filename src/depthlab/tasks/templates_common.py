@@ -389,34 +389,55 @@ class TemplateSpace:
         first candidate."""
         import torch
 
-        from depthlab.tasks.counter import encode_rows, first_true, split_mask
+        from depthlab.tasks.counter import first_true
 
         tries = self._max_rounds(counter.batch, "train", exclude is not None)
-        lead, jmax, device = tmpl.shape, self.jmax, counter.device
-        size = math.prod(lead[2:])
-        tables = self.device_tables
-        rows = tables.get("rows", device)[tmpl][..., None, :]  # [R, B, *S, 1, l]
+        if self.tabled.all():  # every template's training sequences listed: no injection to draw
+            candidates, tabled = self._counter_tabled(counter, tmpl, draw, tries)
+            ok = tabled.expand(candidates.shape[:-1])
+        else:
+            candidates, ok = self._counter_injected(counter, tmpl, draw + 1, tries)
+            if self.tabled.any():
+                from_table, tabled = self._counter_tabled(counter, tmpl, draw, tries)
+                candidates, ok = torch.where(tabled[..., None], from_table, candidates), ok | tabled
+        if exclude is not None:
+            ok = ok & (candidates != exclude[..., None, :]).any(-1)
+        return candidates.gather(-2, first_true(ok)[..., None].expand(*tmpl.shape, 1, self.l))[..., 0, :]
+
+    def _counter_injected(self, counter: Counter, tmpl: torch.Tensor, draw: int,
+                          tries: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``tries`` candidate sequences [R, B, *S, T, l] of templates ``tmpl`` by uniformly random injections, and
+        whether each is accepted: a valid injection (independent symbols are valid when distinct) whose sequence is
+        in the training split."""
+        import torch
+
+        from depthlab.tasks.counter import encode_rows, split_mask
+
+        lead, jmax = tmpl.shape, self.jmax
+        size = math.prod(lead[2:]) * tries
         if self._distinct_prob >= 0.5:
-            injections = counter.below(self.n_symbols, draw + 1, size * tries * jmax).view(*lead, tries, jmax)
+            injections = counter.below(self.n_symbols, draw, size * jmax).view(*lead, tries, jmax)
             ordered = injections.sort(-1).values
             valid = (ordered[..., 1:] != ordered[..., :-1]).all(-1)
         else:
-            injections = counter.distinct(self.n_symbols, jmax, draw + 1, rows=size * tries).view(*lead, tries, jmax)
+            injections = counter.distinct(self.n_symbols, jmax, draw, rows=size).view(*lead, tries, jmax)
             valid = torch.ones_like(injections[..., 0], dtype=torch.bool)
-        candidates = injections.gather(-1, rows.expand(*lead, tries, self.l))  # [R, B, *S, T, l]
-        ok = valid & ~split_mask(encode_rows(candidates, self.n_symbols), self.eval_fraction, self.split_seed)
-        if self.tabled.any():
-            counts = tables.get("counts", device)[tmpl][..., None]  # [R, B, *S, 1]; -1: not tabled
-            local = counter.below(counts.clamp(min=1).expand(*lead, tries).flatten(2), draw, size * tries)
-            pick = local.view(*lead, tries) + tables.get("offsets", device)[tmpl][..., None]
-            table = tables.get("table", device)
-            from_table = table[pick.clamp(max=len(table) - 1)]
-            tabled = counts >= 0
-            candidates = torch.where(tabled[..., None], from_table, candidates)
-            ok = ok | tabled
-        if exclude is not None:
-            ok = ok & (candidates != exclude[..., None, :]).any(-1)
-        return candidates.gather(-2, first_true(ok)[..., None].expand(*lead, 1, self.l))[..., 0, :]
+        rows = self.device_tables.get("rows", counter.device)[tmpl][..., None, :]  # [R, B, *S, 1, l]
+        candidates = injections.gather(-1, rows.expand(*lead, tries, self.l))
+        held = split_mask(encode_rows(candidates, self.n_symbols), self.eval_fraction, self.split_seed)
+        return candidates, valid & ~held
+
+    def _counter_tabled(self, counter: Counter, tmpl: torch.Tensor, draw: int,
+                        tries: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``tries`` candidates [R, B, *S, T, l] drawn uniformly from each template's table of training sequences
+        (meaningless where a template has no table), and whether it has one, [R, B, *S, 1]."""
+        tables, device = self.device_tables, counter.device
+        counts = tables.get("counts", device)[tmpl][..., None]  # -1: not tabled
+        local = counter.below(counts.clamp(min=1).expand(*tmpl.shape, tries).flatten(2), draw,
+                              math.prod(tmpl.shape[2:]) * tries)
+        pick = local.view(*tmpl.shape, tries) + tables.get("offsets", device)[tmpl][..., None]
+        table = tables.get("table", device)
+        return table[pick.clamp(max=len(table) - 1)], counts >= 0
 
 
 class TemplateTask(Task):
