@@ -111,14 +111,16 @@ class InContextTemplateMatching(ContextQA, TemplateTask):
     def sample_counter(self, counter: Counter) -> tuple[torch.Tensor, torch.Tensor]:
         """``sample``'s training distribution from the counter stream: π, π' ordered selections of k distinct
         templates and answers, c uniform in [k], a uniform training sequence of each context template, and for the
-        query a training sequence of template π_c other than context question c's (``TemplateSpace.sample_counter``);
-        the target a_{π'_c}'s token."""
+        query a training sequence of template π_c other than context question c's
+        (``template_counter.sample_sequences``); the target a_{π'_c}'s token."""
+        from depthlab.tasks.template_counter import sample_sequences
+
         tmpl = counter.distinct(self.template_rows.shape[0], self.k, draw=0)  # [R, B, k]
         answers = counter.distinct(self.n_a, self.k, draw=1) + self.answer_offset
         c = counter.below(self.k, draw=2)  # [R, B, 1]
-        questions = self.space.sample_counter(counter, tmpl, draw=3)  # [R, B, k, l]
+        questions = sample_sequences(self.space, counter, tmpl, draw=3)  # [R, B, k, l]
         asked = questions.gather(-2, c[..., None].expand(-1, -1, -1, self.l))[..., 0, :]
-        query = self.space.sample_counter(counter, tmpl.gather(-1, c)[..., 0], draw=5, exclude=asked)
+        query = sample_sequences(self.space, counter, tmpl.gather(-1, c)[..., 0], draw=5, exclude=asked)
         return qa_tokens(questions, answers, query, self.sign_id), answers.gather(-1, c)[..., 0]
 
     def dataset_size(self, split: str = "eval") -> int:

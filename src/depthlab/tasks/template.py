@@ -123,11 +123,13 @@ class TemplateMatching(SignedVocabulary, TemplateTask):
 
     def sample_counter(self, counter: Counter) -> tuple[torch.Tensor, torch.Tensor]:
         """``sample``'s training distribution from the counter stream: a uniform template, a uniform training
-        sequence of it (``TemplateSpace.sample_counter``), the CLS token; the target the template's class f(t)."""
+        sequence of it (``template_counter.sample_sequences``), the CLS token; the target the template's class f(t)."""
         import torch
 
+        from depthlab.tasks.template_counter import sample_sequences
+
         tmpl = counter.below(self.template_rows.shape[0], draw=0)[..., 0]  # [R, B]
-        seqs = self.space.sample_counter(counter, tmpl, draw=1)
+        seqs = sample_sequences(self.space, counter, tmpl, draw=1)
         inputs = torch.cat([seqs, torch.full_like(seqs[..., :1], self.sign_id)], -1)
         return inputs, self.device_tables.get("labels", counter.device)[tmpl]
 

@@ -48,9 +48,7 @@ from depthlab.tasks.base import (
 )
 
 if TYPE_CHECKING:  # torch only where the counter stream runs: `depthlab tasks` never loads it
-    import torch
-
-    from depthlab.tasks.counter import Counter, DeviceTables
+    from depthlab.tasks.counter import DeviceTables
 
 GREEK = "αβγδεζηθικλμνξοπρστυφχψω"
 MAX_TEMPLATES = 100_000  # more templates than this is certainly a mistake (and a slow construction)
@@ -298,7 +296,7 @@ class TemplateSpace:
 
     # --- sampling -----------------------------------------------------------------------------------
     @property
-    def _distinct_prob(self) -> float:
+    def distinct_prob(self) -> float:
         """Probability that jmax independent uniform symbols are distinct."""
         return falling_factorial(self.n_symbols, self.jmax) / self.n_symbols**self.jmax
 
@@ -307,20 +305,20 @@ class TemplateSpace:
         are distinct with probability >= 1/2 they are drawn independently (valid iff distinct, rejected
         otherwise: conditionally uniform, and much cheaper than permuting all symbols); else
         ``sample_distinct``."""
-        if self._distinct_prob >= 0.5:
+        if self.distinct_prob >= 0.5:
             inj = rng.integers(0, self.n_symbols, (n, self.jmax))
             srt = np.sort(inj, axis=1)
             return inj, (srt[:, 1:] != srt[:, :-1]).all(axis=1)
         return sample_distinct(rng, n, self.n_symbols, self.jmax), np.ones(n, dtype=bool)
 
-    def _max_rounds(self, n: int, split: str, exclude: bool) -> int:
+    def max_rounds(self, n: int, split: str, exclude: bool) -> int:
         """Rounds after which a batch of n is unfilled with probability < 1e-12, from a lower bound on the
         acceptance rate: injection validity, split membership (an untabled template has at least
         SAFE_EXPECTED split sequences, so about frac of its sequences: frac / 2 bounds it), exclusion
         (at least 2 candidates: 1/2)."""
         accept = 1.0
         if split == "all" or not self.tabled.all():  # some rows use drawn injections
-            accept = self._distinct_prob if self._distinct_prob >= 0.5 else 1.0
+            accept = self.distinct_prob if self.distinct_prob >= 0.5 else 1.0
             if split != "all":
                 accept *= (self.eval_fraction if split == "eval" else 1.0 - self.eval_fraction) / 2
         if exclude:
@@ -340,7 +338,7 @@ class TemplateSpace:
             raise ValueError("eval_fraction is 0: there is no held-out split to sample from")
         out = np.zeros((tmpl.shape[0], self.l), dtype=np.int64)
         todo = np.arange(tmpl.shape[0])
-        for _ in range(self._max_rounds(tmpl.shape[0], split, exclude is not None)):
+        for _ in range(self.max_rounds(tmpl.shape[0], split, exclude is not None)):
             if todo.size == 0:
                 break
             tt = tmpl[todo]
@@ -366,78 +364,14 @@ class TemplateSpace:
         return out
 
 
-    # --- stream 2 (``tasks.counter``) -------------------------------------------------------------------
+    # --- stream 2 (``tasks.template_counter``) ------------------------------------------------------------
     @cached_property
     def device_tables(self) -> DeviceTables:
+        """The templates, and the training sequences of the tabled ones, for sampling on a device."""
         from depthlab.tasks.counter import DeviceTables
 
         table, offsets, counts = self._tables["train"]
         return DeviceTables(rows=self.rows, table=table, offsets=offsets, counts=counts)
-
-    def sample_counter(self, counter: Counter, tmpl: torch.Tensor, draw: int,
-                       exclude: torch.Tensor | None = None) -> torch.Tensor:
-        """:meth:`sample` of the training split from the counter stream: a sequence [R, B, *S, l] of template
-        ``tmpl[…]`` ([R, B, *S]) for each, different from ``exclude`` [R, B, *S, l] when given; draws ``draw`` …
-        ``draw + 1``.
-
-        The redraw loop as one tensor operation: ``_max_rounds`` candidates per sequence at once, each drawn as
-        :meth:`sample` draws one (an entry of the template's table of training sequences, or a uniformly random
-        injection: independent symbols, valid when distinct, or distinct ones), and the first accepted is kept
-        (accepted: a valid injection whose sequence is not held out, ``counter.split_mask``, and not ``exclude``).
-        The first accepted of independent candidates is uniform over the accepted ones, as the loop's result is.
-        Where :meth:`sample` would run out of rounds and raise (probability below 10⁻¹² per batch) this keeps the
-        first candidate."""
-        import torch
-
-        from depthlab.tasks.counter import first_true
-
-        tries = self._max_rounds(counter.batch, "train", exclude is not None)
-        if self.tabled.all():  # every template's training sequences listed: no injection to draw
-            candidates, tabled = self._counter_tabled(counter, tmpl, draw, tries)
-            ok = tabled.expand(candidates.shape[:-1])
-        else:
-            candidates, ok = self._counter_injected(counter, tmpl, draw + 1, tries)
-            if self.tabled.any():
-                from_table, tabled = self._counter_tabled(counter, tmpl, draw, tries)
-                candidates, ok = torch.where(tabled[..., None], from_table, candidates), ok | tabled
-        if exclude is not None:
-            ok = ok & (candidates != exclude[..., None, :]).any(-1)
-        return candidates.gather(-2, first_true(ok)[..., None].expand(*tmpl.shape, 1, self.l))[..., 0, :]
-
-    def _counter_injected(self, counter: Counter, tmpl: torch.Tensor, draw: int,
-                          tries: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """``tries`` candidate sequences [R, B, *S, T, l] of templates ``tmpl`` by uniformly random injections, and
-        whether each is accepted: a valid injection (independent symbols are valid when distinct) whose sequence is
-        in the training split."""
-        import torch
-
-        from depthlab.tasks.counter import encode_rows, split_mask
-
-        lead, jmax = tmpl.shape, self.jmax
-        size = math.prod(lead[2:]) * tries
-        if self._distinct_prob >= 0.5:
-            injections = counter.below(self.n_symbols, draw, size * jmax).view(*lead, tries, jmax)
-            ordered = injections.sort(-1).values
-            valid = (ordered[..., 1:] != ordered[..., :-1]).all(-1)
-        else:
-            injections = counter.distinct(self.n_symbols, jmax, draw, rows=size).view(*lead, tries, jmax)
-            valid = torch.ones_like(injections[..., 0], dtype=torch.bool)
-        rows = self.device_tables.get("rows", counter.device)[tmpl][..., None, :]  # [R, B, *S, 1, l]
-        candidates = injections.gather(-1, rows.expand(*lead, tries, self.l))
-        held = split_mask(encode_rows(candidates, self.n_symbols), self.eval_fraction, self.split_seed)
-        return candidates, valid & ~held
-
-    def _counter_tabled(self, counter: Counter, tmpl: torch.Tensor, draw: int,
-                        tries: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """``tries`` candidates [R, B, *S, T, l] drawn uniformly from each template's table of training sequences
-        (meaningless where a template has no table), and whether it has one, [R, B, *S, 1]."""
-        tables, device = self.device_tables, counter.device
-        counts = tables.get("counts", device)[tmpl][..., None]  # -1: not tabled
-        local = counter.below(counts.clamp(min=1).expand(*tmpl.shape, tries).flatten(2), draw,
-                              math.prod(tmpl.shape[2:]) * tries)
-        pick = local.view(*tmpl.shape, tries) + tables.get("offsets", device)[tmpl][..., None]
-        table = tables.get("table", device)
-        return table[pick.clamp(max=len(table) - 1)], counts >= 0
 
 
 class TemplateTask(Task):
