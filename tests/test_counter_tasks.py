@@ -381,3 +381,14 @@ def test_dyck_positives_by_the_prefix_scan_are_the_loop_s(setting):
     task = TASKS["dyck"](**setting)
     counter = Counter(seed_keys(torch.tensor([0, 9])), torch.tensor([0, 5]), 500)
     assert torch.equal(task.counter_positives(counter), positives_by_loop(task, counter))
+
+
+def test_a_draw_wider_than_its_lanes_keeps_its_first_values_and_stays_uniform():
+    counter = Counter(seed_keys(torch.tensor([4])), torch.tensor([2]), 3)
+    wide, narrow = counter.bits(7, 150_000), counter.bits(7, 1 << 16)
+    assert wide.shape == (1, 3, 150_000) and torch.equal(wide[..., : 1 << 16], narrow)
+    assert torch.equal(counter.bits(7, 70_000), wide[..., :70_000]) and len(torch.unique(wide)) > 449_000
+    top = (wide[..., 1 << 16 :] >> 28).flatten()  # the re-hashed blocks: uniform top bits
+    assert chi_square_ok(torch.bincount(top, minlength=16).numpy(), np.full(16, top.numel() / 16))
+    with pytest.raises(ValueError, match="numbered below 32,768"):
+        counter.bits(1 << 15, 4)

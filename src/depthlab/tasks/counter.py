@@ -64,8 +64,8 @@ class Counter:
 
     ``keys`` (:func:`seed_keys`) and ``steps`` are int64 tensors [R] on the device (a run's step counts its
     batches); every draw method takes a ``draw`` number, distinct for every use within a task's sampler (below
-    2¹⁵), and returns [R, B, …]. A value is hash(key(seed, step, example) ^ (draw · 2¹⁶ + lane)): one hash over
-    the output, two over [R, B] per step."""
+    2¹⁵), and returns [R, B, …]. A value is hash(key(seed, step, example) ^ (draw · 2¹⁶ + lane)) (lane < 2¹⁶; a
+    wider draw: :meth:`bits`): one hash over the output, two over [R, B] per step."""
 
     def __init__(self, keys: torch.Tensor, steps: torch.Tensor, batch: int) -> None:
         self.batch, self.device = batch, keys.device
@@ -73,12 +73,18 @@ class Counter:
         self.keys = _absorb(_absorb(keys, steps)[:, None], examples)[..., None]  # [R, B, 1]: one key per example
 
     def bits(self, draw: int, width: int) -> torch.Tensor:
-        """``width`` 32-bit values per example, [R, B, width] (int64 in [0, 2³²)); width at most 2¹⁶."""
-        if width > 1 << 16 or not 0 <= draw < 1 << 15:  # wider, or past the draws: lanes of two draws would meet
-            raise ValueError(f"a counter draw takes at most 65,536 lanes and numbers below 32,768 (got {width:,} "
-                             f"lanes of draw {draw})")
-        lanes = torch.arange(draw << 16, (draw << 16) + width, dtype=torch.int64, device=self.device)
-        return hash32(self.keys ^ lanes)
+        """``width`` 32-bit values per example, [R, B, width] (int64 in [0, 2³²)). A draw has 2¹⁶ lanes; a wider
+        one takes them again, each value hashed once more with its block number (1, 2, … for the values 2¹⁶ …), so
+        the first 2¹⁶ values are the same at any width and no lane of another draw is touched."""
+        if not 0 <= draw < 1 << 15:  # past the draws: lanes of two draws would meet
+            raise ValueError(f"a counter draw is numbered below 32,768 (got {draw})")
+        lanes = torch.arange(draw << 16, (draw << 16) + min(width, 1 << 16), dtype=torch.int64, device=self.device)
+        values = hash32(self.keys ^ lanes)
+        if width <= 1 << 16:
+            return values
+        blocks = torch.arange(1, -(-width // (1 << 16)), dtype=torch.int64, device=self.device)[:, None]
+        wider = hash32(values[..., None, :] ^ blocks).flatten(-2)
+        return torch.cat([values, wider], -1)[..., :width]
 
     def below(self, m: torch.Tensor | int, draw: int, width: int = 1) -> torch.Tensor:
         """Integers uniform in [0, m) (up to the multiply-shift's bias), [R, B, width]; ``m`` < 2³¹, an int or a
