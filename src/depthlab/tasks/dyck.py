@@ -40,9 +40,10 @@ if TYPE_CHECKING:  # torch only where the counter stream runs: `depthlab tasks` 
     from depthlab.tasks.counter import Counter
 
 BRACKETS = ["(", ")", "[", "]", "{", "}", "<", ">"]
-# Stream 2 corrupts a negative this many times at once and keeps the first corruption out of the language: with one
-# bracket type a type swap changes nothing, and measured (N = 2 … 100, depth 1 … 5, 20,000 strings each) at most
-# half the corruptions stay in the language; with two or more types at most 2 %. 0.5⁴⁰ and 0.02⁸ are below 10⁻¹².
+# Stream 2 corrupts a negative this many times at once and keeps the first corruption out of the language. Measured
+# on 1 … 4 types, N from 2 to 400 and depth 1, 2, 3 and 5 (20,000 strings each; 4,000 at N = 400): with one bracket
+# type (a type swap changes nothing) at most half the corruptions stay in the language, with two or more at most
+# 1.5 %. 0.5⁴⁰ and 0.02⁸ are below 10⁻¹².
 CORRUPTIONS = {1: 40, 2: 8}
 
 
