@@ -392,3 +392,16 @@ def test_a_draw_wider_than_its_lanes_keeps_its_first_values_and_stays_uniform():
     assert chi_square_ok(torch.bincount(top, minlength=16).numpy(), np.full(16, top.numel() / 16))
     with pytest.raises(ValueError, match="numbered below 32,768"):
         counter.bits(1 << 15, 4)
+
+
+@pytest.mark.parametrize(("setting", "most"), [({"N": 20, "n_types": 1}, 0.52), ({"N": 20}, 0.02),
+                                               ({"N": 40, "n_types": 3, "depth": 3}, 0.02)])
+def test_dyck_corruptions_stay_in_the_language_as_rarely_as_the_budget_assumes(setting, most):
+    from depthlab.tasks.dyck import CORRUPTIONS, is_dyck_tensor
+
+    task = TASKS["dyck"](**setting)
+    counter = Counter(seed_keys(torch.tensor([3])), torch.tensor([1]), 1000)
+    corrupted = task.counter_corruptions(task.counter_positives(counter), counter)
+    assert corrupted.shape == (1, 1000, CORRUPTIONS[min(task.n_types, 2)], task.N)
+    assert is_dyck_tensor(corrupted, task.depth).float().mean() <= most
+    assert most ** CORRUPTIONS[min(task.n_types, 2)] < 1e-11  # the budget leaves every candidate in it that rarely
