@@ -405,3 +405,19 @@ def test_dyck_corruptions_stay_in_the_language_as_rarely_as_the_budget_assumes(s
     assert corrupted.shape == (1, 1000, CORRUPTIONS[min(task.n_types, 2)], task.N)
     assert is_dyck_tensor(corrupted, task.depth).float().mean() <= most
     assert most ** CORRUPTIONS[min(task.n_types, 2)] < 1e-11  # the budget leaves every candidate in it that rarely
+
+
+def last_query_margins(inputs):
+    """The mean largest dot product of the last query with the vectors before it, and the mean gap to the second."""
+    x = inputs[:, 0::2, :6].astype(np.float64)
+    top2 = np.sort(np.einsum("bkd,bd->bk", x[:, :-1], x[:, -1]), 1)[:, -2:]
+    return [top2[:, 1].mean(), (top2[:, 1] - top2[:, 0]).mean()]
+
+
+def test_nearest_neighbor_queries_follow_the_law_of_the_task_s_own_redraws():
+    """The first candidate with the margin has the law of ``sample``'s redraw loop: the last query's largest dot
+    product with the vectors before it, and its margin, are distributed alike in both streams."""
+    task = TASKS["nearest_neighbor"](**SETTINGS["nearest_neighbor"])
+    ours = last_query_margins(flat(task, 3000)[0])
+    theirs = last_query_margins(task.sample(3000, np.random.default_rng(5)).inputs)
+    assert np.allclose(ours, theirs, atol=0.02), (ours, theirs)
