@@ -123,9 +123,17 @@ def test_stream_two_is_a_new_run_id_and_leaving_it_unset_keeps_today_s():
         Store.run_id(old.to_dict())
 
 
-def test_stream_two_on_a_task_without_it_or_with_a_fixed_set_is_one_clear_error():
-    with pytest.raises(UserError, match=r"train.stream: 2 is made on the device for the tasks .*; task memorization"):
-        parse_run({**RAW, "task": {"name": "memorization"}, "train": {**RAW["train"], "stream": 2}})
+class HostOnly(TASKS["memorization"]):
+    """A plugin's task that samples on the host only (every built-in task has stream 2)."""
+
+    name = "host_only"
+    counter_sampling = False
+
+
+def test_stream_two_on_a_task_without_it_or_with_a_fixed_set_is_one_clear_error(monkeypatch):
+    monkeypatch.setitem(TASKS, "host_only", HostOnly)
+    with pytest.raises(UserError, match=r"train.stream: 2 is made on the device for the tasks .*; task host_only"):
+        parse_run({**RAW, "task": {"name": "host_only"}, "train": {**RAW["train"], "stream": 2}})
     with pytest.raises(UserError, match="leave train_examples unset"):
         parse_run({**RAW, "train": {**RAW["train"], "stream": 2, "train_examples": 64}})
 

@@ -234,7 +234,7 @@ def test_template_rejection_path_for_large_templates():
     assert task.enumerate("all") is None or task.dataset_size("all") <= 2_000_000
     # many wildcards over few symbols: injections come from sample_distinct (independent draws would collide)
     task = TASKS["template"](l=8, n_symbols=9)
-    assert not task.space.tabled.all() and task.space._distinct_prob < 0.5
+    assert not task.space.tabled.all() and task.space.distinct_prob < 0.5
     for split in ("train", "eval"):
         b = task.sample(1000, np.random.default_rng(0), split)
         seqs = b.inputs[:, :-1]

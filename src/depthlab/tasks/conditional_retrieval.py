@@ -29,12 +29,17 @@ sequences); the dataset is never enumerated, evaluation draws a fresh sample.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 from pydantic import Field, model_validator
 
 from depthlab.tasks.base import Batch, Task, check_split, falling_factorial, letter_names, register, sample_distinct
+
+if TYPE_CHECKING:  # torch only where the counter stream runs: `depthlab tasks` never loads it
+    import torch
+
+    from depthlab.tasks.counter import Counter
 
 SPLITS = ("train", "eval", "all")
 BLANK = "·"
@@ -177,6 +182,56 @@ class ConditionalRetrieval(Task):
             "fact_decoy": np.concatenate(fact_decoy, axis=1),
         }
         return Batch(inputs, values[np.arange(n), c, D].astype(np.int64), meta)
+
+    counter_sampling = True
+
+    def counter_parents(self, counter: Counter, s: int) -> torch.Tensor:
+        """Step s's parent steps [R, B, N, n_parents(s)] from the counter stream (``_parent_sets``' law): the
+        m − 1 most recent before s − 1, or (``dag="random"``) a uniform (m − 1)-subset of 0 … s − 2, increasing;
+        then s − 1."""
+        import torch
+
+        m = self.n_parents(s)
+        if self.dag == "recent" or m == 1 or s == m:
+            return torch.arange(s - m, s, device=counter.device).expand(*counter.keys.shape[:2], self.N, m)
+        earlier = counter.distinct(s - 1, m - 1, draw=10 + 4 * s, rows=self.N).sort(-1).values
+        return torch.cat([earlier, torch.full_like(earlier[..., :1], s - 1)], -1)
+
+    def sample_counter(self, counter: Counter) -> tuple[torch.Tensor, torch.Tensor]:
+        """``sample``'s distribution from the counter stream: n_needed distinct symbols (the chains' values, then
+        fresh ones for decoys), parents as ``_parent_sets`` draws them, decoys as ``sample`` makes them, the facts
+        of each step (decoys included) in a uniformly random order, steps D … 1; the query v_0 of a uniform chain c,
+        the target its v_D."""
+        import torch
+
+        N, D, W = self.N, self.D, self.width
+        drawn = counter.distinct(self.n_symbols, self.n_needed, draw=0)
+        values = drawn[..., : N * (D + 1)].unflatten(-1, (N, D + 1))  # [R, B, N, D+1]
+        fresh = drawn[..., N * (D + 1) :]
+        used_fresh, blocks = 0, []
+        chains = torch.arange(N, device=counter.device)[:, None]
+        for s in range(D, 0, -1):
+            ps = self.counter_parents(counter, s)  # [R, B, N, m]
+            m = ps.shape[-1]
+            blank = torch.full_like(values[..., : self.parents - m], self.blank_id)
+            facts = torch.cat([blank, values.gather(-1, ps), values[..., s : s + 1]], -1)  # [R, B, N, W]
+            if s in self.decoy_steps:
+                slot = counter.below(m - 1, draw=11 + 4 * s, width=N)[..., None]  # an earlier parent: [R, B, N, 1]
+                if N > 1:
+                    other = (chains + 1 + counter.below(N - 1, draw=12 + 4 * s, width=N)[..., None]) % N
+                    replaced = values.gather(-2, other.expand(-1, -1, -1, D + 1)).gather(-1, ps.gather(-1, slot))
+                else:
+                    replaced = fresh[..., used_fresh : used_fresh + N, None]
+                    used_fresh += N
+                decoy = facts.scatter(-1, self.parents - m + slot, replaced)
+                decoy = torch.cat([decoy[..., :-1], fresh[..., used_fresh : used_fresh + N, None]], -1)
+                used_fresh += N
+                facts = torch.cat([facts, decoy], -2)
+            order = counter.distinct(facts.shape[-2], facts.shape[-2], draw=13 + 4 * s)
+            blocks.append(facts.gather(-2, order[..., None].expand(-1, -1, -1, W)).flatten(-2))
+        c = counter.below(N, draw=1)[..., None].expand(-1, -1, -1, D + 1)  # [R, B, 1, D+1]
+        chain = values.gather(-2, c)[..., 0, :]
+        return torch.cat([*blocks, chain[..., :1]], -1), chain[..., D]
 
     def dataset_size(self, split: str = "eval") -> int:
         check_split(split, SPLITS)

@@ -12,9 +12,14 @@ ids. Chance is 1/k: a uniform guess among the k answers in the context.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from depthlab.tasks.base import Batch, SignedVocabulary, number_names
+
+if TYPE_CHECKING:  # torch only where the counter stream runs: `depthlab tasks` never loads it
+    import torch
 
 
 def qa_sequence(
@@ -32,6 +37,16 @@ def qa_sequence(
     inputs[:, end:-1] = query
     inputs[:, -1] = sign_id
     return inputs
+
+
+def qa_tokens(questions: torch.Tensor, answers: torch.Tensor, query: torch.Tensor, sign_id: int) -> torch.Tensor:
+    """:func:`qa_sequence` on the device: questions [R, B, m, l] and answers [R, B, m] token ids, query [R, B, l];
+    q_0 r a_0 … q_{m-1} r a_{m-1} q r, [R, B, m(l+2) + l + 1]."""
+    import torch
+
+    sign = torch.full_like(answers[..., None], sign_id)
+    pairs = torch.cat([questions, sign, answers[..., None]], -1).flatten(-2)
+    return torch.cat([pairs, query, sign[..., 0, :]], -1)
 
 
 class ContextQA(SignedVocabulary):

@@ -10,30 +10,43 @@ every operation is exact integer arithmetic, and the stream is the same bit for 
 Draws from the 32-bit values: an integer below m is ``(h · m) >> 32`` (the multiply-shift map; its bias is at most
 m / 2³² per value), k distinct values of a population are the k smallest of a hash per member (each member's key
 made unique by its index, so the order never depends on how a device breaks ties): a uniformly random ordered
-selection, up to the hash.
+selection, up to the hash. A uniform real is (h + ½) / 2³², and a standard normal is Box and Muller's transform of
+two: the integers are the same bit for bit everywhere; the reals pass through the device's ``log`` and ``cos``
+(float64), which agree to the last bits, not beyond.
+
+Samplers that reject: a task whose draws are redone until a condition holds (a template's sequence in the
+training split, a corrupted Dyck string out of the language) draws a fixed number of candidates at once and takes
+the first that holds (:func:`first_true`): the first accepted of independent candidates has the conditional law
+the redraw loop has, and the budget is sized so that none holding is negligible (each task says how).
+
+The held-out split of the template tasks (``base.split_mask``, a splitmix64 hash of the sequence) is
+:func:`split_mask`: the same 64-bit arithmetic on pairs of 32-bit halves, so the training stream knows which
+sequences are held out, on the device.
 """
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import torch
 
 MASK32 = 0xFFFFFFFF
+MASK64 = (1 << 64) - 1
 
 
 def _mul32(x: torch.Tensor, m: int) -> torch.Tensor:
-    """x · m mod 2³² for x in [0, 2³²): as two products of at most 48 bits (int64 never overflows)."""
-    low = x * (m & 0xFFFF)
-    high = ((x * (m >> 16)) & 0xFFFF) << 16
-    return (low + high) & MASK32
+    """x · m mod 2³² for x in [0, 2³²): as two products of at most 48 bits (int64 never overflows). In place on its
+    own intermediates: the hash runs 2.2× faster so on a CPU (164k values, 4.4 → 2.0 ms)."""
+    low, high = x * (m & 0xFFFF), x * (m >> 16)
+    return low.add_(high.bitwise_and_(0xFFFF).bitwise_left_shift_(16)).bitwise_and_(MASK32)
 
 
 def hash32(x: torch.Tensor) -> torch.Tensor:
     """``lowbias32`` of x in [0, 2³²) (int64): a bijection of 32-bit integers that mixes every bit into every bit."""
-    x = x ^ (x >> 16)
-    x = _mul32(x, 0x7FEB352D)
-    x = x ^ (x >> 15)
-    x = _mul32(x, 0x846CA68B)
-    return x ^ (x >> 16)
+    x = _mul32(x ^ (x >> 16), 0x7FEB352D)
+    x = _mul32(x.bitwise_xor_(x >> 15), 0x846CA68B)
+    return x.bitwise_xor_(x >> 16)
 
 
 def _absorb(h: torch.Tensor, value: torch.Tensor | int) -> torch.Tensor:
@@ -51,8 +64,8 @@ class Counter:
 
     ``keys`` (:func:`seed_keys`) and ``steps`` are int64 tensors [R] on the device (a run's step counts its
     batches); every draw method takes a ``draw`` number, distinct for every use within a task's sampler (below
-    2¹⁵), and returns [R, B, …]. A value is hash(key(seed, step, example) ^ (draw · 2¹⁶ + lane)): one hash over
-    the output, two over [R, B] per step."""
+    2¹⁵), and returns [R, B, …]. A value is hash(key(seed, step, example) ^ (draw · 2¹⁶ + lane)) (lane < 2¹⁶; a
+    wider draw: :meth:`bits`): one hash over the output, two over [R, B] per step."""
 
     def __init__(self, keys: torch.Tensor, steps: torch.Tensor, batch: int) -> None:
         self.batch, self.device = batch, keys.device
@@ -60,17 +73,110 @@ class Counter:
         self.keys = _absorb(_absorb(keys, steps)[:, None], examples)[..., None]  # [R, B, 1]: one key per example
 
     def bits(self, draw: int, width: int) -> torch.Tensor:
-        """``width`` 32-bit values per example, [R, B, width] (int64 in [0, 2³²)); width at most 2¹⁶."""
-        lanes = torch.arange(draw << 16, (draw << 16) + width, dtype=torch.int64, device=self.device)
-        return hash32(self.keys ^ lanes)
+        """``width`` 32-bit values per example, [R, B, width] (int64 in [0, 2³²)). A draw has 2¹⁶ lanes; a wider
+        one takes them again, each value hashed once more with its block number (1, 2, … for the values 2¹⁶ …), so
+        the first 2¹⁶ values are the same at any width and no lane of another draw is touched."""
+        if not 0 <= draw < 1 << 15:  # past the draws: lanes of two draws would meet
+            raise ValueError(f"a counter draw is numbered below 32,768 (got {draw})")
+        lanes = torch.arange(draw << 16, (draw << 16) + min(width, 1 << 16), dtype=torch.int64, device=self.device)
+        values = hash32(self.keys ^ lanes)
+        if width <= 1 << 16:
+            return values
+        blocks = torch.arange(1, -(-width // (1 << 16)), dtype=torch.int64, device=self.device)[:, None]
+        wider = hash32(values[..., None, :] ^ blocks).flatten(-2)
+        return torch.cat([values, wider], -1)[..., :width]
 
     def below(self, m: torch.Tensor | int, draw: int, width: int = 1) -> torch.Tensor:
         """Integers uniform in [0, m) (up to the multiply-shift's bias), [R, B, width]; ``m`` < 2³¹, an int or a
         tensor broadcasting against [R, B, width]."""
         return (self.bits(draw, width) * m) >> 32
 
-    def distinct(self, population: int, k: int, draw: int) -> torch.Tensor:
-        """k distinct values of [0, population), in random order, [R, B, k]."""
+    def distinct(self, population: int, k: int, draw: int, rows: int | None = None) -> torch.Tensor:
+        """k distinct values of [0, population), in random order, [R, B, k]; with ``rows``, that many independent
+        selections, [R, B, rows, k]."""
         members = torch.arange(population, dtype=torch.int64, device=self.device)
-        keys = self.bits(draw, population) * population + members  # unique keys: no ties to break
+        bits = self.bits(draw, population * (rows or 1))
+        if rows is not None:
+            bits = bits.unflatten(-1, (rows, population))
+        keys = bits * population + members  # unique keys: no ties to break
         return keys.topk(k, dim=-1, largest=False, sorted=True).indices
+
+    def uniform(self, draw: int, width: int = 1) -> torch.Tensor:
+        """Reals uniform in (0, 1), float64 [R, B, width]: (h + ½) / 2³², never 0 or 1."""
+        return (self.bits(draw, width).double() + 0.5) * 2.0**-32
+
+    def normal(self, draw: int, width: int = 1) -> torch.Tensor:
+        """Standard normals, float64 [R, B, width]: Box–Muller, each pair of uniforms (u, v) (lanes 2i, 2i + 1) giving
+        the two independent normals √(−2 ln u) cos(2πv) and √(−2 ln u) sin(2πv) (values 2i, 2i + 1)."""
+        u = self.uniform(draw, 2 * ((width + 1) // 2)).unflatten(-1, (-1, 2))
+        radius, angle = (-2.0 * u[..., 0].log()).sqrt(), 2.0 * math.pi * u[..., 1]
+        return torch.stack([radius * angle.cos(), radius * angle.sin()], -1).flatten(-2)[..., :width]
+
+
+def first_true(ok: torch.Tensor) -> torch.Tensor:
+    """Index of the first True along the last axis (0 where none is): the candidate a redraw loop would keep,
+    [..., 1] for ``gather``."""
+    return ok.to(torch.uint8).argmax(-1, keepdim=True)  # argmax gives the first of equal maxima on every device
+
+
+class DeviceTables:
+    """A task's fixed arrays (a stored dataset, a table of sequences), copied to each device the first time a
+    sampler asks for them there and kept: the copy happens before a CUDA graph captures the step (its warm-up
+    steps run eagerly), never inside it."""
+
+    def __init__(self, **arrays: np.ndarray) -> None:
+        self.arrays: dict[str, np.ndarray] = arrays
+        self.copies: dict[tuple[str, torch.device], torch.Tensor] = {}
+
+    def get(self, name: str, device: torch.device) -> torch.Tensor:
+        key = (name, device)
+        if key not in self.copies:
+            self.copies[key] = torch.as_tensor(self.arrays[name]).to(device)
+        return self.copies[key]
+
+
+# --- 64-bit arithmetic on pairs of 32-bit halves (hi, lo), each in [0, 2³²) in an int64 tensor --------------
+
+Pair = tuple[torch.Tensor, torch.Tensor]
+
+
+def _product64(x: torch.Tensor, m: int) -> Pair:
+    """The whole 64-bit product of x in [0, 2³²) and a 32-bit m: two products of at most 48 bits."""
+    low, high = x * (m & 0xFFFF), x * (m >> 16)  # x·m = low + high·2¹⁶
+    total = low + ((high & 0xFFFF) << 16)
+    return (total >> 32) + (high >> 16), total & MASK32
+
+
+def _mul64(z: Pair, m: int) -> Pair:
+    """z · m mod 2⁶⁴ for a 64-bit constant m."""
+    hi, lo = z
+    carry, low = _product64(lo, m & MASK32)
+    return (carry + _mul32(hi, m & MASK32) + _mul32(lo, m >> 32)) & MASK32, low
+
+
+def _xor_shift64(z: Pair, s: int) -> Pair:
+    """z ^ (z >> s) for 0 < s < 32."""
+    hi, lo = z
+    return hi ^ (hi >> s), lo ^ (((lo >> s) | (hi << (32 - s))) & MASK32)
+
+
+def split_mask(codes: torch.Tensor, eval_fraction: float, split_seed: int) -> torch.Tensor:
+    """``base.split_mask`` on the device, bit for bit: True where an item's int64 code (non-negative) is held out.
+
+    splitmix64 of code + 0x9E3779B97F4A7C15·(split_seed + 1), its top 53 bits read as a real in [0, 1) and
+    compared with ``eval_fraction``."""
+    offset = (0x9E3779B97F4A7C15 * (split_seed + 1)) & MASK64
+    lo = (codes & MASK32) + (offset & MASK32)
+    z = (((codes >> 32) + (offset >> 32) + (lo >> 32)) & MASK32, lo & MASK32)
+    z = _mul64(_xor_shift64(z, 30), 0xBF58476D1CE4E5B9)
+    z = _mul64(_xor_shift64(z, 27), 0x94D049BB133111EB)
+    hi, lo = _xor_shift64(z, 31)
+    top53 = (hi << 21) | (lo >> 11)
+    return top53.double() * 2.0**-53 < eval_fraction
+
+
+def encode_rows(rows: torch.Tensor, base: int) -> torch.Tensor:
+    """``base.encode_rows`` on tensors: each row of the last axis as one int64 of base-``base`` digits."""
+    powers = torch.tensor([base**j for j in range(rows.shape[-1] - 1, -1, -1)], dtype=torch.int64,
+                          device=rows.device)
+    return (rows * powers).sum(-1)

@@ -31,13 +31,18 @@ lower ``eval_size``.
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from pydantic import Field, model_validator
 
 from depthlab.tasks.base import Batch, check_split, register
 from depthlab.tasks.eval_sets import SPLITS, FixedEvalSet
+
+if TYPE_CHECKING:  # torch only where the counter stream runs: `depthlab tasks` never loads it
+    import torch
+
+    from depthlab.tasks.counter import Counter
 
 
 def alphabet_field(default: int, paper: str | None = None) -> Any:
@@ -107,6 +112,30 @@ class _Equality(FixedEvalSet):
         out = np.where(in_y, np.take_along_axis(y, np.clip(i_y, 0, half - 1), 1), out)
         return np.where(i_x == h, self.sep_id, out)
 
+    # Stream 2 (``tasks.counter``): the same lengths and layout on the device.
+    counter_sampling = True
+
+    def counter_lengths(self, counter: Counter) -> torch.Tensor:
+        """k per example [R, B, 1], uniform over N/10, N/10 + 2, …, N (``lengths``' training draw)."""
+        return self.min_length + 2 * counter.below((self.N - self.min_length) // 2 + 1, draw=0)
+
+    def counter_positions(self, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The index i of each column in the string x|y (negative: a pad), [R, B, N + 1], and h = k/2."""
+        import torch
+
+        return torch.arange(self.N + 1, device=k.device) - (self.N - k), k // 2
+
+    def counter_layout(self, x: torch.Tensor, y: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        """``layout`` on the device: x, y [R, B, N/2], k [R, B, 1] -> inputs [R, B, N + 1]."""
+        import torch
+
+        i, h = self.counter_positions(k)
+        last = self.N // 2 - 1
+        out = torch.where((i >= 0) & (i < h), x.gather(-1, i.clamp(0, last)), self.pad_id)
+        j = i - h - 1
+        out = torch.where((j >= 0) & (j < h), y.gather(-1, j.clamp(0, last)), out)
+        return torch.where(i == h, self.sep_id, out)
+
 
 class _Classification(_Equality):
     eval_protocol = "eval_size fresh strings of length exactly N (training lengths N/10, N/10 + 2, …, N)"
@@ -132,6 +161,24 @@ class _Classification(_Equality):
         label = ((x == y) | ~used).all(1)
         return Batch(self.layout(x, y, k), label.astype(np.int64), {"k": k.astype(np.int64)})
 
+    def counter_second_half(self, x: torch.Tensor, k: torch.Tensor, counter: Counter) -> torch.Tensor:
+        """``second_half`` from the counter stream (draws 3 and up)."""
+        raise NotImplementedError
+
+    def sample_counter(self, counter: Counter) -> tuple[torch.Tensor, torch.Tensor]:
+        """``sample``'s training distribution from the counter stream: k as ``lengths`` draws it, x uniform, the
+        second half x itself with probability 1/2, else ``counter_second_half``; the label whether the used halves
+        are equal."""
+        import torch
+
+        k = self.counter_lengths(counter)
+        x = counter.below(self.alphabet, draw=1, width=self.N // 2)
+        positive = counter.below(2, draw=2) == 1
+        y = torch.where(positive, x, self.counter_second_half(x, k, counter))
+        used = torch.arange(self.N // 2, device=x.device) < k // 2
+        label = ((x == y) | ~used).all(-1)
+        return self.counter_layout(x, y, k), label.long()
+
     def decode(self, batch: Batch, i: int) -> str:
         return " ".join(self.vocab[t] for t in batch.inputs[i] if t != self.pad_id) + " _" + str(batch.targets[i])
 
@@ -147,6 +194,9 @@ class EqRandom(_Classification):
 
     def second_half(self, x: np.ndarray, k: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         return rng.integers(0, self.alphabet, x.shape)
+
+    def counter_second_half(self, x: torch.Tensor, k: torch.Tensor, counter: Counter) -> torch.Tensor:
+        return counter.below(self.alphabet, draw=3, width=x.shape[-1])
 
 
 @register
@@ -165,6 +215,11 @@ class EqOne(_Classification):
         y = x.copy()
         y[rows, where] = (x[rows, where] + rng.integers(1, self.alphabet, n)) % self.alphabet
         return y
+
+    def counter_second_half(self, x: torch.Tensor, k: torch.Tensor, counter: Counter) -> torch.Tensor:
+        where = counter.below(k // 2, draw=3)  # a position inside the used half, [R, B, 1]
+        changed = (x.gather(-1, where) + 1 + counter.below(self.alphabet - 1, draw=4)) % self.alphabet
+        return x.scatter(-1, where, changed)
 
 
 @register
@@ -220,6 +275,23 @@ class EqNCP(_Equality):
         targets[rows, pos, nxt[rows, pos]] = 1
         targets[:, :, a + 1] = i == 2 * h  # the copy is complete: end of string
         return Batch(inputs, targets, {"k": k.astype(np.int64)})
+
+    def sample_counter(self, counter: Counter) -> tuple[torch.Tensor, torch.Tensor]:
+        """``sample``'s training distribution from the counter stream: k as ``lengths`` draws it, x uniform, the
+        string x|x; the same label sets after every prefix (uint8 [R, B, N + 1, |Σ| + 2])."""
+        import torch
+
+        a = self.alphabet
+        k = self.counter_lengths(counter)
+        x = counter.below(a, draw=1, width=self.N // 2)
+        i, h = self.counter_positions(k)
+        targets = (i < h)[..., None].to(torch.uint8).expand(*i.shape, a + 2).clone()  # pads, x: every symbol
+        targets[..., a] = (i >= 0) & (i < h)  # inside x: [sep] is valid too
+        targets[..., a + 1] = i == 2 * h  # the copy is complete: end of string
+        copying = (i >= h) & (i < 2 * h)  # after [sep] or a copied symbol, not yet complete: one symbol
+        to_copy = x.gather(-1, (i - h).clamp(0, self.N // 2 - 1))[..., None]
+        targets.scatter_(-1, to_copy, (copying | (i < h))[..., None].to(torch.uint8))  # rows i < h stay all ones
+        return self.counter_layout(x, x, k), targets
 
     def decode(self, batch: Batch, i: int) -> str:
         return " ".join(self.vocab[t] for t in batch.inputs[i] if t != self.pad_id)

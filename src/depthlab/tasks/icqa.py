@@ -34,7 +34,7 @@ from depthlab.tasks.base import (
     register,
     sample_distinct,
 )
-from depthlab.tasks.context_qa import ContextQA
+from depthlab.tasks.context_qa import ContextQA, qa_tokens
 
 if TYPE_CHECKING:  # torch only where the counter stream runs: `depthlab tasks` never loads it
     import torch
@@ -93,14 +93,10 @@ class InContextQA(ContextQA):
     def sample_counter(self, counter: Counter) -> tuple[torch.Tensor, torch.Tensor]:
         """``sample``'s distribution from the counter stream: π, π' ordered selections of k distinct questions and
         answers, c uniform in [k]; q_0 r a_0 … q_{k-1} r a_{k-1} q_c r, the target a_c's token."""
-        import torch
-
         questions = counter.distinct(self.n_q, self.k, draw=0)  # [R, B, k]
         answers = counter.distinct(self.n_a, self.k, draw=1) + self.answer_offset
         c = counter.below(self.k, draw=2)  # [R, B, 1]
-        sign = torch.full_like(questions, self.sign_id)
-        query = questions.gather(-1, c)
-        inputs = torch.cat([torch.stack([questions, sign, answers], -1).flatten(-2), query, sign[..., :1]], -1)
+        inputs = qa_tokens(questions[..., None], answers, questions.gather(-1, c), self.sign_id)
         return inputs, answers.gather(-1, c)[..., 0]
 
     def dataset_size(self, split: str = "eval") -> int:

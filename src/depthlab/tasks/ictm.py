@@ -30,6 +30,8 @@ Choices (the text leaves them open):
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 from pydantic import model_validator
 
@@ -43,8 +45,13 @@ from depthlab.tasks.base import (
     register,
     sample_distinct,
 )
-from depthlab.tasks.context_qa import ContextQA
+from depthlab.tasks.context_qa import ContextQA, qa_tokens
 from depthlab.tasks.templates_common import SPLITS, TemplateTask, expand, ordered_product_sum
+
+if TYPE_CHECKING:  # torch only where the counter stream runs: `depthlab tasks` never loads it
+    import torch
+
+    from depthlab.tasks.counter import Counter
 
 
 @register
@@ -98,6 +105,23 @@ class InContextTemplateMatching(ContextQA, TemplateTask):
         rows = np.arange(n)
         query = self.space.sample(rng, tmpl[rows, c], split, exclude=questions[rows, c])
         return self.qa_batch(questions, answers, query, c, templates=tmpl)
+
+    counter_sampling = True
+
+    def sample_counter(self, counter: Counter) -> tuple[torch.Tensor, torch.Tensor]:
+        """``sample``'s training distribution from the counter stream: π, π' ordered selections of k distinct
+        templates and answers, c uniform in [k], a uniform training sequence of each context template, and for the
+        query a training sequence of template π_c other than context question c's
+        (``template_counter.sample_sequences``); the target a_{π'_c}'s token."""
+        from depthlab.tasks.template_counter import sample_sequences
+
+        tmpl = counter.distinct(self.template_rows.shape[0], self.k, draw=0)  # [R, B, k]
+        answers = counter.distinct(self.n_a, self.k, draw=1) + self.answer_offset
+        c = counter.below(self.k, draw=2)  # [R, B, 1]
+        questions = sample_sequences(self.space, counter, tmpl, draw=3)  # [R, B, k, l]
+        asked = questions.gather(-2, c[..., None].expand(-1, -1, -1, self.l))[..., 0, :]
+        query = sample_sequences(self.space, counter, tmpl.gather(-1, c)[..., 0], draw=5, exclude=asked)
+        return qa_tokens(questions, answers, query, self.sign_id), answers.gather(-1, c)[..., 0]
 
     def dataset_size(self, split: str = "eval") -> int:
         counts = self.space.split_counts(check_split(split, SPLITS))[0]

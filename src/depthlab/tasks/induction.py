@@ -23,10 +23,17 @@ token gets about 1/(n − 2).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 from pydantic import Field, model_validator
 
 from depthlab.tasks.base import Batch, Task, check_split, register, sample_distinct
+
+if TYPE_CHECKING:  # torch only where the counter stream runs: `depthlab tasks` never loads it
+    import torch
+
+    from depthlab.tasks.counter import Counter
 
 BOS = 1  # the seed's beginning-of-sequence token id
 FIRST_TOKEN = 4  # the seed's first ordinary token id
@@ -85,6 +92,25 @@ class Induction(Task):
         tokens += FIRST_TOKEN
         inputs = np.concatenate([np.full((n, 1), BOS, dtype=np.int64), tokens[:, :-1]], axis=1)
         return Batch(inputs, tokens[:, -1].copy(), {"first": first})
+
+    counter_sampling = True
+
+    def sample_counter(self, counter: Counter) -> tuple[torch.Tensor, torch.Tensor]:
+        """``sample``'s distribution from the counter stream: uniform tokens, A ≠ B distinct, A's other draws
+        shifted by 1 … n_tokens − 1 (uniform among the other words), A B written at ``first`` (uniform in
+        0 … n − 4 when None) and at the end."""
+        import torch
+
+        m = self.length
+        tokens = counter.below(self.n_tokens, draw=0, width=m)  # [R, B, m]
+        ab = counter.distinct(self.n_tokens, 2, draw=1)  # [R, B, 2]
+        a, b = ab[..., :1], ab[..., 1:]
+        shift = 1 + counter.below(self.n_tokens - 1, draw=2, width=m)
+        tokens = torch.where(tokens == a, (tokens + shift) % self.n_tokens, tokens)
+        first = counter.below(m - 3, draw=3) if self.first is None else torch.full_like(a, self.first)
+        tokens = tokens.scatter(-1, first, a).scatter(-1, first + 1, b)
+        tokens = torch.cat([tokens[..., : m - 2], ab], -1) + FIRST_TOKEN
+        return torch.cat([torch.full_like(a, BOS), tokens[..., :-1]], -1), tokens[..., -1]
 
     def dataset_size(self, split: str = "eval") -> int:
         return 2**62

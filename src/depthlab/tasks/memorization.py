@@ -19,11 +19,17 @@ sample the N examples.
 from __future__ import annotations
 
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
 from pydantic import model_validator
 
 from depthlab.tasks.base import ENUMERATE_LIMIT, Batch, SignedVocabulary, check_split, number_names, register
+
+if TYPE_CHECKING:  # torch only where the counter stream runs: `depthlab tasks` never loads it
+    import torch
+
+    from depthlab.tasks.counter import Counter, DeviceTables
 
 SPLITS = ("train", "eval", "all")
 
@@ -107,6 +113,21 @@ class Memorization(SignedVocabulary):
     def sample(self, n: int, rng: np.random.Generator, split: str = "train") -> Batch:
         check_split(split, SPLITS)
         return self.dataset.take(rng.integers(0, self.n_examples, n))
+
+    counter_sampling = True
+
+    @cached_property
+    def device_tables(self) -> DeviceTables:
+        from depthlab.tasks.counter import DeviceTables
+
+        return DeviceTables(inputs=self.dataset.inputs, targets=self.dataset.targets)
+
+    def sample_counter(self, counter: Counter) -> tuple[torch.Tensor, torch.Tensor]:
+        """``sample``'s distribution from the counter stream: each example one of the N stored examples, uniformly
+        (with replacement), read from the dataset's copy on the counter's device."""
+        index = counter.below(self.n_examples, draw=0)[..., 0]  # [R, B]
+        tables = self.device_tables
+        return tables.get("inputs", counter.device)[index], tables.get("targets", counter.device)[index]
 
     def dataset_size(self, split: str = "eval") -> int:
         check_split(split, SPLITS)

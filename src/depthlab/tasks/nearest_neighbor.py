@@ -20,6 +20,10 @@ models (the ``attention_only`` model attends both ways and would see y_k).
 
 from __future__ import annotations
 
+import math
+from functools import cached_property
+from typing import TYPE_CHECKING
+
 import numpy as np
 from pydantic import Field, model_validator
 
@@ -29,6 +33,12 @@ from depthlab.tasks.base import Batch, Task, check_split, register
 MAX_TRIES = 200  # queries drawn for one position before its examples are drawn again whole (a query misses
 # the margin rarely unless the earlier vectors rule it out: then more tries only cost time)
 MAX_REDRAWS = 20  # examples drawn again whole, in a row, before the margin is called out of reach
+MAX_COUNTER_TRIES = 256  # stream 2's candidates per query, at most (see ``counter_tries``)
+
+if TYPE_CHECKING:  # torch only where the counter stream runs: `depthlab tasks` never loads it
+    import torch
+
+    from depthlab.tasks.counter import Counter
 
 
 def unit_vectors(rng: np.random.Generator, shape: tuple[int, ...], d: int) -> np.ndarray:
@@ -123,6 +133,58 @@ class NearestNeighbor(Task):
         inputs[:, 1::2, self.d] = y == 0
         inputs[:, 1::2, self.d + 1] = y == 1
         return Batch(inputs, y[:, self.N // 2 :].copy(), {"nearest": nearest})
+
+    # --- stream 2 (``tasks.counter``) -----------------------------------------------------------------
+    counter_sampling = True
+
+    @cached_property
+    def counter_tries(self) -> int:
+        """Candidate queries stream 2 draws per position: enough that none has the margin with probability below
+        10⁻¹² at the acceptance rate of the last query (the most earlier vectors), measured once on 4,096 draws from
+        a fixed seed (its lower 3σ bound); at most ``MAX_COUNTER_TRIES``."""
+        rng = np.random.default_rng(0)
+        x, q = unit_vectors(rng, (4096, self.N - 1), self.d), unit_vectors(rng, (4096,), self.d)
+        top2 = np.sort(np.einsum("bkd,bd->bk", x, q), axis=1)[:, -2:]
+        rate = float(np.mean(top2[:, -1] - top2[:, 0] >= self.gamma)) if self.N > 2 else float(self.gamma == 0)
+        bound = rate - 3 * math.sqrt(rate * (1 - rate) / 4096)
+        if bound <= 0:
+            raise UserError(f"task.gamma: a margin of {self.gamma:g} is out of reach for N = {self.N} unit vectors in "
+                            f"d = {self.d} (measured acceptance {rate:.2%}); lower gamma or raise d")
+        return min(MAX_COUNTER_TRIES, max(1, math.ceil(math.log(1e-12) / math.log1p(-bound)))) if bound < 1 else 1
+
+    def counter_unit_vectors(self, counter: Counter, draw: int, count: int) -> torch.Tensor:
+        """``count`` vectors uniform on the unit sphere per example, [R, B, count, d] (float64): normalised normals."""
+        v = counter.normal(draw, count * self.d).unflatten(-1, (count, self.d))
+        return v / v.norm(dim=-1, keepdim=True)
+
+    def sample_counter(self, counter: Counter) -> tuple[torch.Tensor, torch.Tensor]:
+        """``sample``'s distribution from the counter stream: the first N/2 vectors uniform on the sphere with
+        uniform labels; each query the first of ``counter_tries`` uniform candidates with the margin γ over the
+        vectors before it (the law of ``vectors_and_labels``' redraws), labelled as its nearest neighbour. Should no
+        candidate have the margin (below 10⁻¹² per query at the measured rate) the one with the widest gap is used:
+        its label is still its nearest neighbour's, only the margin is short. Dot products are float64 on the
+        device, so the vectors agree across devices to the last bits, not bit for bit."""
+        import torch
+
+        from depthlab.tasks.counter import first_true
+
+        half, tries = self.N // 2, self.counter_tries
+        x = self.counter_unit_vectors(counter, 0, half)
+        y = counter.below(2, draw=1, width=half)
+        for k in range(half, self.N):
+            q = self.counter_unit_vectors(counter, 2 + k, tries)  # [R, B, T, d]
+            dots = q @ x.transpose(-1, -2)  # [R, B, T, k]
+            top2 = dots.topk(min(2, k), dim=-1).values
+            gap = top2[..., 0] - top2[..., -1]
+            ok = gap >= self.gamma
+            pick = torch.where(ok.any(-1, keepdim=True), first_true(ok), gap.argmax(-1, keepdim=True))
+            x = torch.cat([x, q.gather(-2, pick[..., None].expand(-1, -1, -1, self.d))], -2)
+            nearest = dots.gather(-2, pick[..., None].expand(-1, -1, -1, k))[..., 0, :].argmax(-1, keepdim=True)
+            y = torch.cat([y, y.gather(-1, nearest)], -1)
+        labels = torch.stack([y == 0, y == 1], -1).float()  # [R, B, N, 2]
+        tokens = torch.stack([torch.cat([x.float(), torch.zeros_like(labels)], -1),
+                              torch.cat([torch.zeros_like(x, dtype=torch.float32), labels], -1)], -2)
+        return tokens.flatten(-3, -2), y[..., half:]
 
     def dataset_size(self, split: str = "eval") -> int:
         return 2**62  # continuous inputs: never enumerated

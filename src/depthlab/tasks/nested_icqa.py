@@ -30,6 +30,7 @@ sequences. Train and eval draw from the same dataset.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 from pydantic import model_validator
@@ -45,7 +46,12 @@ from depthlab.tasks.base import (
     register,
     sample_distinct,
 )
-from depthlab.tasks.context_qa import qa_sequence
+from depthlab.tasks.context_qa import qa_sequence, qa_tokens
+
+if TYPE_CHECKING:  # torch only where the counter stream runs: `depthlab tasks` never loads it
+    import torch
+
+    from depthlab.tasks.counter import Counter
 
 SPLITS = ("train", "eval", "all")
 
@@ -122,6 +128,26 @@ class NestedICQA(SignedVocabulary):
             order = np.broadcast_to(self._fixed_order(), (n, self.n_links))
         c = rng.integers(0, self.k, n)
         return self._build(chains, order, c)
+
+    counter_sampling = True
+
+    def sample_counter(self, counter: Counter) -> tuple[torch.Tensor, torch.Tensor]:
+        """``sample``'s distribution from the counter stream: k(hops+1) distinct symbols as k chains, the links in a
+        uniformly random order (``shuffle``) or interleaved hop by hop, c uniform in [k]; the target the end of
+        chain c."""
+        import torch
+
+        chains = counter.distinct(self.n_symbols, self.k * (self.hops + 1), draw=0).unflatten(-1, (self.k, -1))
+        if self.shuffle:
+            order = counter.distinct(self.n_links, self.n_links, draw=1)
+        else:
+            position = torch.arange(self.n_links, device=counter.device)  # hop p // k of chain p % k
+            order = ((position % self.k) * self.hops + position // self.k).expand(*chains.shape[:2], -1)
+        c = counter.below(self.k, draw=2)[..., None]  # [R, B, 1, 1]
+        link_from = chains[..., :-1].flatten(-2).gather(-1, order)
+        link_to = chains[..., 1:].flatten(-2).gather(-1, order)
+        query = chains.gather(-2, c.expand(-1, -1, -1, self.hops + 1))[..., 0, :]  # [R, B, hops+1]: chain c
+        return qa_tokens(link_from[..., None], link_to, query[..., :1], self.sign_id), query[..., -1]
 
     def dataset_size(self, split: str = "eval") -> int:
         check_split(split, SPLITS)

@@ -39,6 +39,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
+from functools import cached_property
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
@@ -59,6 +60,8 @@ from depthlab.tasks.base import (
 
 if TYPE_CHECKING:  # torch only in annotations: `depthlab tasks` lists the tasks without importing torch
     import torch
+
+    from depthlab.tasks.counter import Counter, DeviceTables
 
 SPLITS = ("train", "eval", "all")
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -129,6 +132,16 @@ def _interleave(chain_tokens: np.ndarray, order: np.ndarray) -> np.ndarray:
         second = chain_tokens[rows, chain, s]
         blocks.append(np.stack([first, second], axis=2).reshape(b, 2 * n, *chain_tokens.shape[3:]))
     return np.concatenate(blocks, axis=1)
+
+
+def interleaved_symbols(order: torch.Tensor, depth: int) -> torch.Tensor:
+    """``_interleave``'s layout as indices on the device: order [R, B, D, N] (chain at slot j of step s+1) gives,
+    for every pair position, the symbol index chain·(D+1) + k it holds, [R, B, 2ND] (step D first)."""
+    import torch
+
+    before = torch.arange(depth - 1, -1, -1, device=order.device)[:, None]  # s − 1 for the blocks s = D … 1
+    first = order.flip(-2) * (depth + 1) + before  # [R, B, D, N]: x_{s-1} of each slot's chain
+    return torch.stack([first, first + 1], -1).flatten(-3)
 
 
 def _slots(order: np.ndarray) -> np.ndarray:
@@ -229,18 +242,49 @@ class RetrievalVector(Task):
         queries = sample_distinct(rng, n, N, N)  # [B, N]: chain of query j
         return self._build(symbols, order, queries)
 
+    counter_sampling = True
+
+    def sample_counter(self, counter: Counter) -> tuple[torch.Tensor, torch.Tensor]:
+        """``sample``'s distribution from the counter stream: N(D+1) symbols of K i.i.d. standard normals (Box–Muller,
+        rounded to float32 as ``sample``'s are), a uniform chain order per step and a uniform order of the queries;
+        the positional features appended; targets x_1 … x_D (or x_D) of each query's chain."""
+        import torch
+
+        N, D, K = self.N, self.D, self.K
+        symbols = counter.normal(draw=0, width=N * (D + 1) * K).float().unflatten(-1, (N * (D + 1), K))
+        order = counter.distinct(N, N, draw=1, rows=D)  # [R, B, D, N]
+        queries = counter.distinct(N, N, draw=2) * (D + 1)  # [R, B, N]: x_0 of query j's chain
+        where = torch.cat([interleaved_symbols(order, D), queries], -1)  # [R, B, n]
+        vectors = symbols.gather(-2, where[..., None].expand(-1, -1, -1, K))
+        pos = self.device_tables.get("positions", counter.device)
+        inputs = torch.cat([vectors, pos.expand(*vectors.shape[:2], *pos.shape)], -1)
+        steps = torch.arange(D + 1 - len(self.target_steps), D + 1, device=counter.device)  # target_steps
+        held = (queries[..., None] + steps).flatten(-2)  # [R, B, N·len(steps)]
+        targets = symbols.gather(-2, held[..., None].expand(-1, -1, -1, K))
+        return inputs, targets.reshape(*queries.shape, len(self.target_steps) * K)
+
+    @cached_property
+    def device_tables(self) -> DeviceTables:
+        from depthlab.tasks.counter import DeviceTables
+
+        return DeviceTables(positions=self.positions)
+
+    @property
+    def positions(self) -> np.ndarray:
+        """The positional features [n, pos_dim] appended to every example."""
+        if self.positional == "rotary":
+            return rotary_features(self.seq_len, self.K, self.rope_base)
+        if self.positional == "onehot":
+            return np.eye(self.seq_len, dtype=np.float32)
+        return np.zeros((self.seq_len, 0), dtype=np.float32)
+
     def _build(self, symbols: np.ndarray, order: np.ndarray, queries: np.ndarray) -> Batch:
         b, N, D = symbols.shape[0], self.N, self.D
         rows = np.arange(b)[:, None]
         vectors = np.concatenate([_interleave(symbols, order), symbols[rows, queries, 0]], axis=1)  # [B, n, K]
         ids = np.arange(N * (D + 1)).reshape(1, N, D + 1).repeat(b, axis=0)
         symbol_id = np.concatenate([_interleave(ids, order), ids[rows, queries, 0]], axis=1)  # chain*(D+1) + k
-        if self.positional == "rotary":
-            pos = rotary_features(self.seq_len, self.K, self.rope_base)
-        elif self.positional == "onehot":
-            pos = np.eye(self.seq_len, dtype=np.float32)
-        else:
-            pos = np.zeros((self.seq_len, 0), dtype=np.float32)
+        pos = self.positions
         inputs = np.concatenate([vectors, np.broadcast_to(pos, (b, *pos.shape))], axis=2).astype(np.float32)
         steps = self.target_steps
         targets = symbols[rows, queries][:, :, steps].reshape(b, N, len(steps) * self.K)
@@ -353,6 +397,20 @@ class Retrieval(Task):
         chains = sample_distinct(rng, n, self.n_symbols, self.N * (self.D + 1)).reshape(n, self.N, self.D + 1)
         order = sample_distinct(rng, n * self.D, self.N, self.N).reshape(n, self.D, self.N)
         return self._build(chains, order, rng.integers(0, self.N, n))
+
+    counter_sampling = True
+
+    def sample_counter(self, counter: Counter) -> tuple[torch.Tensor, torch.Tensor]:
+        """``sample``'s distribution from the counter stream: N(D+1) distinct symbols, a uniform chain order per
+        step, the queried chain c uniform; the pairs of steps D … 1, then x_0 of chain c; the target its x_D."""
+        import torch
+
+        N, D = self.N, self.D
+        symbols = counter.distinct(self.n_symbols, N * (D + 1), draw=0)  # chain·(D+1) + k
+        order = counter.distinct(N, N, draw=1, rows=D)
+        query = counter.below(N, draw=2) * (D + 1)  # [R, B, 1]
+        inputs = symbols.gather(-1, torch.cat([interleaved_symbols(order, D), query], -1))
+        return inputs, symbols.gather(-1, query + D)[..., 0]
 
     def dataset_size(self, split: str = "eval") -> int:
         """Distinct sequences: chains named by their slot in step 1 (so step 1's order is fixed), an ordered

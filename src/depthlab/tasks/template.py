@@ -30,12 +30,18 @@ Choices (the text leaves them open):
 from __future__ import annotations
 
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
 from pydantic import model_validator
 
 from depthlab.tasks.base import ENUMERATE_LIMIT, Batch, SignedVocabulary, check_split, number_names, register
 from depthlab.tasks.templates_common import SPLITS, TemplateTask
+
+if TYPE_CHECKING:  # torch only where the counter stream runs: `depthlab tasks` never loads it
+    import torch
+
+    from depthlab.tasks.counter import Counter, DeviceTables
 
 
 @register
@@ -106,6 +112,26 @@ class TemplateMatching(SignedVocabulary, TemplateTask):
         check_split(split, SPLITS)
         tmpl = rng.integers(0, self.template_rows.shape[0], n)
         return self._build(self.space.sample(rng, tmpl, split), tmpl)
+
+    counter_sampling = True
+
+    @cached_property
+    def device_tables(self) -> DeviceTables:
+        from depthlab.tasks.counter import DeviceTables
+
+        return DeviceTables(labels=self.template_labels)
+
+    def sample_counter(self, counter: Counter) -> tuple[torch.Tensor, torch.Tensor]:
+        """``sample``'s training distribution from the counter stream: a uniform template, a uniform training
+        sequence of it (``template_counter.sample_sequences``), the CLS token; the target the template's class f(t)."""
+        import torch
+
+        from depthlab.tasks.template_counter import sample_sequences
+
+        tmpl = counter.below(self.template_rows.shape[0], draw=0)[..., 0]  # [R, B]
+        seqs = sample_sequences(self.space, counter, tmpl, draw=1)
+        inputs = torch.cat([seqs, torch.full_like(seqs[..., :1], self.sign_id)], -1)
+        return inputs, self.device_tables.get("labels", counter.device)[tmpl]
 
     def dataset_size(self, split: str = "eval") -> int:
         return sum(self.space.split_counts(check_split(split, SPLITS))[0])

@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from functools import cached_property, lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -45,6 +46,9 @@ from depthlab.tasks.base import (
     sample_distinct,
     split_mask,
 )
+
+if TYPE_CHECKING:  # torch only where the counter stream runs: `depthlab tasks` never loads it
+    from depthlab.tasks.counter import DeviceTables
 
 GREEK = "αβγδεζηθικλμνξοπρστυφχψω"
 MAX_TEMPLATES = 100_000  # more templates than this is certainly a mistake (and a slow construction)
@@ -292,7 +296,7 @@ class TemplateSpace:
 
     # --- sampling -----------------------------------------------------------------------------------
     @property
-    def _distinct_prob(self) -> float:
+    def distinct_prob(self) -> float:
         """Probability that jmax independent uniform symbols are distinct."""
         return falling_factorial(self.n_symbols, self.jmax) / self.n_symbols**self.jmax
 
@@ -301,20 +305,20 @@ class TemplateSpace:
         are distinct with probability >= 1/2 they are drawn independently (valid iff distinct, rejected
         otherwise: conditionally uniform, and much cheaper than permuting all symbols); else
         ``sample_distinct``."""
-        if self._distinct_prob >= 0.5:
+        if self.distinct_prob >= 0.5:
             inj = rng.integers(0, self.n_symbols, (n, self.jmax))
             srt = np.sort(inj, axis=1)
             return inj, (srt[:, 1:] != srt[:, :-1]).all(axis=1)
         return sample_distinct(rng, n, self.n_symbols, self.jmax), np.ones(n, dtype=bool)
 
-    def _max_rounds(self, n: int, split: str, exclude: bool) -> int:
+    def max_rounds(self, n: int, split: str, exclude: bool) -> int:
         """Rounds after which a batch of n is unfilled with probability < 1e-12, from a lower bound on the
         acceptance rate: injection validity, split membership (an untabled template has at least
         SAFE_EXPECTED split sequences, so about frac of its sequences: frac / 2 bounds it), exclusion
         (at least 2 candidates: 1/2)."""
         accept = 1.0
         if split == "all" or not self.tabled.all():  # some rows use drawn injections
-            accept = self._distinct_prob if self._distinct_prob >= 0.5 else 1.0
+            accept = self.distinct_prob if self.distinct_prob >= 0.5 else 1.0
             if split != "all":
                 accept *= (self.eval_fraction if split == "eval" else 1.0 - self.eval_fraction) / 2
         if exclude:
@@ -334,7 +338,7 @@ class TemplateSpace:
             raise ValueError("eval_fraction is 0: there is no held-out split to sample from")
         out = np.zeros((tmpl.shape[0], self.l), dtype=np.int64)
         todo = np.arange(tmpl.shape[0])
-        for _ in range(self._max_rounds(tmpl.shape[0], split, exclude is not None)):
+        for _ in range(self.max_rounds(tmpl.shape[0], split, exclude is not None)):
             if todo.size == 0:
                 break
             tt = tmpl[todo]
@@ -358,6 +362,16 @@ class TemplateSpace:
                 f"{self.eval_fraction} may be too extreme for n_symbols={self.n_symbols}"
             )
         return out
+
+
+    # --- stream 2 (``tasks.template_counter``) ------------------------------------------------------------
+    @cached_property
+    def device_tables(self) -> DeviceTables:
+        """The templates, and the training sequences of the tabled ones, for sampling on a device."""
+        from depthlab.tasks.counter import DeviceTables
+
+        table, offsets, counts = self._tables["train"]
+        return DeviceTables(rows=self.rows, table=table, offsets=offsets, counts=counts)
 
 
 class TemplateTask(Task):
