@@ -73,8 +73,7 @@ def test_bench_leaves_out_what_the_gpu_s_free_memory_cannot_hold(monkeypatch):
     """The H200 had 6.38 GiB free when mamba-n100-w256 asked for 13.75 GiB more: with that much free, one run
     fits and 64 are left out with the reason; with the whole 139.8 GiB free, 64 runs of the blocked scan fit
     (the whole-sequence chunked scan needed about 11 tensors of 13.75 GiB per layer)."""
-    monkeypatch.setattr(footprint_module, "resolve_device", lambda name: torch.device("cuda", 0))
-    monkeypatch.setattr(footprint_module, "free_memory", lambda device: int(6.38 * GIB))
+    monkeypatch.setattr(footprint_module, "gpu_free_for", lambda name: (torch.device("cuda", 0), int(6.38 * GIB)))
     monkeypatch.setenv("DEPTHLAB_MEMORY", "1TiB")
     left_out = throughput.check_sizes([1, 64], ["mamba-n100-w256"], "cuda")
     assert [(e["name"], e["runs"]) for e in left_out] == [("mamba-n100-w256", 64)]
@@ -82,7 +81,7 @@ def test_bench_leaves_out_what_the_gpu_s_free_memory_cannot_hold(monkeypatch):
     assert reason.startswith("memory: a group of 64 runs of index_lookup with mamba needs about ")
     assert "\n" not in reason
     assert "on cuda:0 (" in reason and "scan " in reason and "free there; lower --runs (at most " in reason
-    monkeypatch.setattr(footprint_module, "free_memory", lambda device: int(139.8 * GIB))
+    monkeypatch.setattr(footprint_module, "gpu_free_for", lambda name: (torch.device("cuda", 0), int(139.8 * GIB)))
     assert throughput.check_sizes([1, 64], ["mamba-n100-w256"], "cuda") == []
     config = throughput.bench_configs(throughput.chosen_cases(["mamba-n100-w256"])[0], 1, "fp32", "cuda")[0]
     one_tensor = 64 * 64 * 110 * 512 * 16 * 4  # [runs, batch, padded n, d_inner, d_state] floats: the 13.75 GiB
@@ -91,8 +90,7 @@ def test_bench_leaves_out_what_the_gpu_s_free_memory_cannot_hold(monkeypatch):
 
 
 def test_bench_refuses_when_nothing_fits(monkeypatch):
-    monkeypatch.setattr(footprint_module, "resolve_device", lambda name: torch.device("cuda", 0))
-    monkeypatch.setattr(footprint_module, "free_memory", lambda device: 100 << 20)
+    monkeypatch.setattr(footprint_module, "gpu_free_for", lambda name: (torch.device("cuda", 0), 100 << 20))
     monkeypatch.setenv("DEPTHLAB_MEMORY", "1TiB")
     with pytest.raises(footprint_module.ResourceError, match=r"^memory: a run of index_lookup with mamba needs"):
         throughput.check_sizes([1, 64], ["mamba-n100-w256"], "cuda")

@@ -28,7 +28,7 @@ from ..models import ModelSize, TaskShapes, model_size
 from ..tasks import Task
 from ..tasks.sizes import SampleCost, sample_cost
 from .data import CHUNK_EXAMPLES, EXHAUSTIVE_EVAL_LIMIT, PREFETCH_BYTES, SAMPLED_EVAL_EXAMPLES
-from .device import free_memory, resolve_device, trains_on_gpu
+from .device import gpu_free_for, trains_on_gpu
 
 FLOAT = 4  # bytes of a float32: weights, gradients, optimizer states and activations
 ON_DEVICE = frozenset({"parameters and optimizer", "activations", "scan", "model buffers"})  # the rest: the host's
@@ -122,10 +122,12 @@ def check_runs(config: RunConfig, runs: int, fix: str | None = None) -> None:
     if host.total(runs) > budget:
         need, detail, what_to_do = _shortfall(host, runs, budget, fix)
         require_memory(need, _group(config, runs), what_to_do, detail)
-    where = resolve_device(config.train.device) if gpu else None
-    free = free_memory(where) if where is not None else None
+    on_gpu = gpu_free_for(config.train.device)
+    if on_gpu is None:
+        return
+    where, free = on_gpu
     device = fp.only(ON_DEVICE)
-    if free is not None and device.total(runs) > free:
+    if device.total(runs) > free:
         need, detail, what_to_do = _shortfall(device, runs, free, fix)
         raise ResourceError(f"{_group(config, runs)} needs about {format_bytes(need)} on {where} ({detail}), more "
                             f"than the {format_bytes(free)} free there; {what_to_do}")
