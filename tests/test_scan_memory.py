@@ -33,6 +33,15 @@ def test_the_scan_from_a_given_state_equals_the_loop_in_float64():
         torch.testing.assert_close(ours, theirs, rtol=1e-12, atol=1e-12)
 
 
+def test_the_block_length_is_the_longest_within_twice_the_least_memory():
+    """Against the search over every block length (the function stops early: it must not miss the answer)."""
+    for n in [*range(1, 130), 401, 3000]:
+        for kept, transient in ((1.25, 13.0), (2.5, 13.0), (40.0, 1.0)):
+            memory = [scans.scan_memory(n, length, kept, transient) for length in range(1, n + 1)]
+            want = max(length for length, used in enumerate(memory, start=1) if used <= scans.SLACK * min(memory))
+            assert scans.block_length(n, kept, transient) == want, (n, kept, transient)
+
+
 def test_mamba_in_blocks_equals_its_recurrence_values_and_gradients(monkeypatch):
     """The mixer as it trains on an accelerator (the chunked scan in blocks of ``block_length`` positions under
     checkpointing) against the plain position-by-position recurrence, over several blocks, in float64."""

@@ -26,7 +26,6 @@ n/C × n/C matrix of powers of γ). :func:`chunkwise_attention` computes both.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable, Sequence
 
@@ -62,14 +61,16 @@ def scan_memory(n: int, block: int, kept: int, transient: float) -> float:
     return kept * math.ceil(n / block) + transient * block
 
 
-@functools.cache
-def block_length(n: int, kept: int, transient: float) -> int:
+def block_length(n: int, kept: float, transient: float) -> int:
     """Positions per block of :func:`in_blocks`, chosen from a memory budget: the longest block (the fewest
-    sequential steps) whose :func:`scan_memory` stays within ``SLACK`` times the least any block length gives
-    (near L = √(kept · n / transient))."""
-    memory = [scan_memory(n, length, kept, transient) for length in range(1, n + 1)]
+    sequential steps) whose :func:`scan_memory` stays within ``SLACK`` times the least any block length gives.
+    Both lie below 2·SLACK·L* + 2·kept/transient + 3, L* = √(kept · n / transient), where the search stops: past
+    it, transient · L alone exceeds the budget."""
+    optimum = math.sqrt(kept * n / transient)
+    lengths = range(1, min(n, math.ceil(2 * SLACK * optimum + 2 * kept / transient + 3)) + 1)
+    memory = [scan_memory(n, length, kept, transient) for length in lengths]
     budget = SLACK * min(memory)
-    return max(length for length, used in enumerate(memory, start=1) if used <= budget)
+    return max(length for length, used in zip(lengths, memory, strict=True) if used <= budget)
 
 
 def in_blocks(fn: Callable[..., tuple[torch.Tensor, torch.Tensor]], state: torch.Tensor,
