@@ -54,7 +54,7 @@ def chunk_size(n: int) -> int:
 SLACK = 2.0  # a block may take up to this many times the least memory the scan can take: fewer, longer blocks
 
 
-def scan_memory(n: int, block: int, kept: int, transient: float) -> float:
+def scan_memory(n: int, block: int, kept: float, transient: float) -> float:
     """States of one position (batch × state numbers) that a blocked scan over ``n`` positions holds at its peak:
     ``kept`` states (one per layer) at every boundary of the ⌈n/L⌉ blocks of L = ``block``, waiting for the
     backward pass, and the ``transient`` states per position of the one block being computed."""

@@ -42,24 +42,17 @@ class Footprint:
     per_run: dict[str, int]
     shared: dict[str, int]
 
-    def total(self, runs: int, parts: frozenset[str] | None = None) -> int:
-        """Bytes of a group of ``runs`` runs: every part, or those named in ``parts``."""
-        return runs * _sum(self.per_run, parts) + _sum(self.shared, parts)
+    def total(self, runs: int) -> int:
+        return runs * sum(self.per_run.values()) + sum(self.shared.values())
 
-    def runs_that_fit(self, budget: int, parts: frozenset[str] | None = None) -> int:
+    def runs_that_fit(self, budget: int) -> int:
         """The most runs whose group stays within ``budget`` bytes (0: not even one)."""
-        return max(budget - _sum(self.shared, parts), 0) // max(_sum(self.per_run, parts), 1)
+        return max(budget - sum(self.shared.values()), 0) // max(sum(self.per_run.values()), 1)
 
-    def only(self, parts: frozenset[str] | None, keep: bool = True) -> Footprint:
-        """The footprint of the parts named in ``parts`` (or of the others, ``keep=False``); None: all of them."""
-        if parts is None:
-            return self
+    def only(self, parts: frozenset[str], keep: bool = True) -> Footprint:
+        """The footprint of the parts named in ``parts`` (or of the others, ``keep=False``)."""
         return Footprint({k: v for k, v in self.per_run.items() if (k in parts) == keep},
                          {k: v for k, v in self.shared.items() if (k in parts) == keep})
-
-
-def _sum(sizes: dict[str, int], parts: frozenset[str] | None) -> int:
-    return sum(v for k, v in sizes.items() if parts is None or k in parts)
 
 
 def _model_size(config: RunConfig) -> ModelSize:
