@@ -81,17 +81,27 @@ def test_the_gpu_s_chunked_scans_equal_the_loop_in_float64(name):
         torch.testing.assert_close(mixer(x), mixer.recurrent(x), rtol=1e-9, atol=1e-10)
 
 
-@pytest.mark.parametrize("family", list(FAMILY_MODELS))
-def test_every_family_s_step_is_one_cuda_graph(tmp_path, family):
+def family_configs(family: str, width: int, runs: int) -> list:
+    """``runs`` runs of a family at seed 003's index-lookup shape (N = 100, batch 64), as ``bench`` trains them."""
     raw = {"task": {"name": "index_lookup", "N": 100, "eval_size": 64},
-           "model": {"name": family, "width": 64, **FAMILY_MODELS[family]},
+           "model": {"name": family, "width": width, **FAMILY_MODELS[family]},
            "train": {"optimizer": "adamw", "lr": 0.001, "steps": 20, "batch_size": 64, "device": "cuda"}}
-    configs = [parse_run({**raw, "seed": s}) for s in range(2)]
-    store = Store(tmp_path)
+    return [parse_run({**raw, "seed": s}) for s in range(runs)]
+
+
+def six_steps(configs: list, folder) -> engine.Group:
+    """A group of ``configs`` after six steps: warm-up, a CUDA graph's capture, replays."""
+    store = Store(folder)
     ids = [store.create_run(c.to_dict(), c.task.name, c.model.name) for c in configs]
     group = engine.Group(list(zip(configs, ids, strict=True)), store, len(configs))
     for _ in range(6):
         group.step()
+    return group
+
+
+@pytest.mark.parametrize("family", list(FAMILY_MODELS))
+def test_every_family_s_step_is_one_cuda_graph(tmp_path, family):
+    group = six_steps(family_configs(family, 64, 2), tmp_path)
     assert group.step_mode().startswith("cuda graph"), group.step_mode()
 
 
@@ -110,3 +120,21 @@ def test_stream_two_inside_the_graph_trains_as_eager_stream_two(tmp_path):
     for run_id, result in eager.items():
         assert graphed[run_id]["step_mode"].startswith("cuda graph")
         assert graphed[run_id]["loss"] == pytest.approx(result["loss"], rel=1e-3, abs=1e-5)
+
+
+@pytest.mark.parametrize("family", ["mamba", "dss"])
+def test_a_groups_gpu_memory_stays_within_its_footprint(tmp_path, family):
+    """The H200 ran out of memory at 64 runs of mamba-n100-w256: at 16 runs of that shape (and DSS's), the peak that
+    PyTorch's allocator reports over warm-up, capture and replays stays within the footprint's estimate of the parts
+    that live on the GPU (``training.footprint``), and above half of it (the estimate counts what the step holds)."""
+    from depthlab.training.footprint import ON_DEVICE, footprint
+
+    configs = family_configs(family, 256, 16)
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    six_steps(configs, tmp_path)
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - before
+    estimate = footprint(configs[0]).only(ON_DEVICE).total(len(configs))
+    assert estimate / 2 < peak <= estimate, (peak, estimate)

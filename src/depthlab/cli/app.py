@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import re
 import sys
 import tempfile
 import traceback
@@ -92,6 +93,21 @@ def _out_of_gpu_memory(error: Exception) -> bool:
     """CUDA's out-of-memory error (torch's own class; if torch was never imported, it cannot be one)."""
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(error, getattr(torch, "OutOfMemoryError", ()))
+
+
+GPU_FACTS_LIMIT = 400  # characters of PyTorch's out-of-memory message kept, in whole sentences
+
+
+def _gpu_memory_facts(message: str) -> str:
+    """The sentences of PyTorch's CUDA out-of-memory message that give numbers (asked for, capacity, free, in
+    use, allocated and reserved), whole, within GPU_FACTS_LIMIT characters; its advice and link left out."""
+    sentences = re.split(r"(?<=\.)\s+(?=[A-Z])", _one_line(message).strip())
+    kept: list[str] = []
+    for i, sentence in enumerate(sentences):
+        if (i and not re.search(r"\d", sentence)) or len(" ".join([*kept, sentence])) > GPU_FACTS_LIMIT:
+            continue
+        kept.append(sentence)
+    return " ".join(kept).rstrip(".") or "CUDA out of memory"
 
 
 def _out_of_cpu_memory(error: Exception) -> bool:
@@ -204,8 +220,8 @@ def main() -> None:
         from ..plugins import blame
 
         if _out_of_gpu_memory(e):
-            code, line = 2, (f"out of GPU memory: {_one_line(str(e))[:200]}; ask for smaller sizes or fewer runs "
-                             "at once (--group-size)")
+            code, line = 2, (f"out of GPU memory: {_gpu_memory_facts(str(e))}; ask for smaller sizes or fewer runs "
+                             "at once (--group-size; bench: --runs)")
         elif _out_of_cpu_memory(e):
             unchecked = (" (with DEPTHLAB_MEMORY=off sizes are not checked before they are allocated)"
                          if memory_budget()[0] is None else "")  # said only when it is off

@@ -295,7 +295,12 @@ def bench(runs: Annotated[str | None, typer.Option(help="group sizes to measure,
         raise UserError(f"--runs: expected comma-separated integers, e.g. 1,4,16 (got {runs!r})") from None
     if not counts or min(counts) < 1:
         raise UserError(f"--runs: group sizes must be positive integers (got {runs!r})")
-    check_sizes(counts, case, device)  # before a config is built: --runs 1000000 allocated gigabytes
+    left_out = check_sizes(counts, case, device)  # before a config is built: --runs 1000000 allocated gigabytes
+    if ops and left_out:
+        raise UserError(left_out[0]["reason"])
+    for entry in left_out:  # one line each on stderr (stdout keeps its one JSON object)
+        print(f"warning: bench leaves out {entry['name']} at {entry['runs']} runs: {entry['reason']}",
+              file=sys.stderr, flush=True)
     threads = setup_threads()
     if ops:
         _bench_ops(counts, case, device, json_out)
@@ -304,7 +309,8 @@ def bench(runs: Annotated[str | None, typer.Option(help="group sizes to measure,
         f"{row['name']:<28} {row['precision']} R={row['runs']:<3} plain {row['plain_examples_per_s']:>10,.0f}/s "
         f"engine {row['engine_examples_per_s']:>10,.0f}/s  ×{row['speedup']:<6} "
         f"{row['fraction_of_peak']:.0%} of peak  data {row['data_fraction']:.1%}"))
-    result = run_benchmark(counts, case, seconds, progress=show_row, rounds=rounds, device=device)
+    result = run_benchmark(counts, case, seconds, progress=show_row, rounds=rounds, device=device,
+                           left_out=left_out)
     if json_out:
         emit(result)
         return

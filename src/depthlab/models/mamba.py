@@ -31,7 +31,17 @@ from pydantic import Field
 from .base import register
 from .components import Init, bias, fixed_table, per_run
 from .recurrent import Mixer, RecurrentSpec, ResidualBlock, SequenceStack
-from .scans import chunked_scan, chunks_pay
+from .scans import block_length, chunked_scan, chunks_pay, in_blocks, scan_memory
+
+# The selective scan's memory in training, in states of one position ([R, B, d_inner, d_state] numbers), measured on
+# the CPU with training.tensor_meter (forward and backward, benchmarks/scan_memory.py). The blocked chunked scan (an
+# accelerator's path): KEPT per layer at every block boundary until the backward pass, and CHUNKED_TRANSIENT per
+# position of the block being computed (its decays, inputs, local states and products). The loop (a CPU's path, not
+# blocked: recomputing blocks in the backward pass made it 1.4 times slower there): LOOP_KEPT per position and layer.
+KEPT = 1.25
+CHUNKED_TRANSIENT = 13.0
+LOOP_KEPT = 2.5
+LAYER_FLOATS = 12.0  # the rest of a layer's activations, per position and d_inner channel (measured alike)
 
 
 def inverse_softplus(x: torch.Tensor) -> torch.Tensor:
@@ -65,6 +75,17 @@ class MambaSpec(RecurrentSpec):
     @property
     def state_size(self) -> int:
         return self.layers * self.d_inner * (self.d_state + self.d_conv - 1)
+
+    def training_floats(self, seq_len: int, batch: int, accelerated: bool) -> int:
+        """Numbers one run's blocks hold at the peak of a training step (forward and backward): LAYER_FLOATS per
+        position and d_inner channel in every layer (projections, convolution, Δ, B, C, gate), and the states of
+        batch × d_inner × d_state numbers the scan holds: on an accelerator the blocked chunked scan's
+        (``scans.scan_memory``), on a CPU the loop's, every position's."""
+        kept = KEPT * self.layers
+        states = (scan_memory(seq_len, block_length(seq_len, kept, CHUNKED_TRANSIENT), kept, CHUNKED_TRANSIENT)
+                  if accelerated else LOOP_KEPT * self.layers * seq_len)
+        return math.ceil(self.layers * LAYER_FLOATS * batch * seq_len * self.d_inner
+                         + states * batch * self.d_inner * self.d_state)
 
 
 class SelectiveSSM(Mixer):
@@ -131,10 +152,24 @@ class SelectiveSSM(Mixer):
                 hs.append(h)
         return torch.stack(ys, dim=2), hs
 
+    def block(self, h: torch.Tensor, xs: torch.Tensor, delta: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
+              a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One block of positions by the chunked scan, from the state h [R, B, e, N] before it: its y [R, B, L, e]
+        and the state after it."""
+        hs = chunked_scan(torch.exp(delta[..., None] * a[:, None, None]), (delta * xs)[..., None] * b[:, :, :, None, :],
+                          initial=h)
+        return (hs * c[:, :, :, None, :]).sum(-1), hs.select(2, -1).clone()  # not a view: hs is freed
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """On an accelerator the chunked scan in checkpointed blocks (``scans.in_blocks``): the whole-sequence
+        chunked scan held about eleven [R, B, n, e, N] tensors per layer, and ran an H200 out of memory at 64 runs
+        of width 256. On a CPU the loop (``scans.chunks_pay``)."""
         xs, z, delta, b, c, a = self.prepare(x)
-        y = self.scan(xs, delta, b, c, a)[0] if chunks_pay(x) else self.sequential_scan(xs, delta, b, c, a)[0]
-        return self.finish(xs, z, y)
+        if not chunks_pay(x):
+            return self.finish(xs, z, self.sequential_scan(xs, delta, b, c, a)[0])
+        size = block_length(x.shape[2], self.spec.layers * KEPT, CHUNKED_TRANSIENT)
+        h = xs.new_zeros(*xs.shape[:2], *a.shape[1:])
+        return self.finish(xs, z, in_blocks(self.block, h, (xs, delta, b, c), (a,), size)[0])
 
     def recurrent(self, x: torch.Tensor) -> torch.Tensor:
         xs, z, delta, b, c, a = self.prepare(x)

@@ -27,9 +27,11 @@ n/C × n/C matrix of powers of γ). :func:`chunkwise_attention` computes both.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 CHUNK = 64  # positions per chunk of the chunkwise attention: no chunking up to this length (the quadratic form)
 
@@ -49,13 +51,53 @@ def chunk_size(n: int) -> int:
     return max(1, math.ceil(math.sqrt(n)))
 
 
-def chunked_scan(a: torch.Tensor, b: torch.Tensor, dim: int = 2) -> torch.Tensor:
-    """Every h_t of h_t = a_t ⊙ h_{t-1} + b_t (h_0 = 0) along ``dim`` (the positions), by the chunked scan of
-    the module docstring; ``a`` broadcasts against ``b`` (a size-1 ``dim`` for a time-invariant recurrence)."""
+SLACK = 2.0  # a block may take up to this many times the least memory the scan can take: fewer, longer blocks
+
+
+def scan_memory(n: int, block: int, kept: float, transient: float) -> float:
+    """States of one position (batch × state numbers) that a blocked scan over ``n`` positions holds at its peak:
+    ``kept`` states (one per layer) at every boundary of the ⌈n/L⌉ blocks of L = ``block``, waiting for the
+    backward pass, and the ``transient`` states per position of the one block being computed."""
+    return kept * math.ceil(n / block) + transient * block
+
+
+def block_length(n: int, kept: float, transient: float) -> int:
+    """Positions per block of :func:`in_blocks`, chosen from a memory budget: the longest block (the fewest
+    sequential steps) whose :func:`scan_memory` stays within ``SLACK`` times the least any block length gives.
+    Both lie below 2·SLACK·L* + 2·kept/transient + 3, L* = √(kept · n / transient), where the search stops: past
+    it, transient · L alone exceeds the budget."""
+    optimum = math.sqrt(kept * n / transient)
+    lengths = range(1, min(n, math.ceil(2 * SLACK * optimum + 2 * kept / transient + 3)) + 1)
+    memory = [scan_memory(n, length, kept, transient) for length in lengths]
+    budget = SLACK * min(memory)
+    return max(length for length, used in zip(lengths, memory, strict=True) if used <= budget)
+
+
+def in_blocks(fn: Callable[..., tuple[torch.Tensor, torch.Tensor]], state: torch.Tensor,
+              sliced: Sequence[torch.Tensor], fixed: Sequence[torch.Tensor], block: int, dim: int = 2
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``fn(state, *slices, *fixed) -> (out, state)`` over consecutive blocks of ``block`` positions of ``sliced``
+    along ``dim``, each block's last state the next one's first: the outputs concatenated along ``dim``, and the
+    final state. Each block runs under activation checkpointing (``torch.utils.checkpoint``, non-reentrant): its
+    intermediates — the [batch, block, …, state] tensors of a scan — are dropped after its forward and recomputed
+    in the backward pass, so only the block boundaries' states and one block's tensors are alive at once, not
+    every position's. Exact: the recomputation repeats the same operations."""
+    n, outs = sliced[0].shape[dim], []
+    for start in range(0, n, block):
+        parts = [t.narrow(dim, start, min(block, n - start)) for t in sliced]
+        out, state = checkpoint(fn, state, *parts, *fixed, use_reentrant=False, preserve_rng_state=False)
+        outs.append(out)
+    return torch.cat(outs, dim=dim), state
+
+
+def chunked_scan(a: torch.Tensor, b: torch.Tensor, dim: int = 2, initial: torch.Tensor | None = None) -> torch.Tensor:
+    """Every h_t of h_t = a_t ⊙ h_{t-1} + b_t along ``dim`` (the positions), from h_0 = ``initial`` (shaped as
+    ``b`` without ``dim``; None: zero), by the chunked scan of the module docstring; ``a`` broadcasts against
+    ``b`` (a size-1 ``dim`` for a time-invariant recurrence)."""
     n = b.shape[dim]
     a = a.expand_as(b)
     if n <= 4:  # too short to gain from chunks
-        return _sequential(a, b, dim)
+        return sequential_scan(a, b, dim, initial)
     size = chunk_size(n)
     chunks = math.ceil(n / size)
     pad = chunks * size - n
@@ -71,14 +113,17 @@ def chunked_scan(a: torch.Tensor, b: torch.Tensor, dim: int = 2) -> torch.Tensor
             h, p = a_j * h + b.select(dim + 1, j), a_j * p
         local.append(h)
         decay.append(p)
-    ends = chunked_scan(p, h, dim)  # H_c, the state after every chunk
-    before = torch.cat([torch.zeros_like(ends.narrow(dim, 0, 1)), ends.narrow(dim, 0, chunks - 1)], dim=dim)
+    ends = chunked_scan(p, h, dim, initial)  # H_c, the state after every chunk
+    start = torch.zeros_like(ends.narrow(dim, 0, 1)) if initial is None else initial.unsqueeze(dim)
+    before = torch.cat([start, ends.narrow(dim, 0, chunks - 1)], dim=dim)
     states = torch.stack(local, dim + 1) + torch.stack(decay, dim + 1) * before.unsqueeze(dim + 1)
     return states.flatten(dim, dim + 1).narrow(dim, 0, n)
 
 
-def _sequential(a: torch.Tensor, b: torch.Tensor, dim: int) -> torch.Tensor:
-    h = b.select(dim, 0)
+def sequential_scan(a: torch.Tensor, b: torch.Tensor, dim: int = 2, initial: torch.Tensor | None = None
+                    ) -> torch.Tensor:
+    """The same states as :func:`chunked_scan`, position by position."""
+    h = b.select(dim, 0) if initial is None else a.select(dim, 0) * initial + b.select(dim, 0)
     states = [h]
     for t in range(1, b.shape[dim]):
         h = a.select(dim, t) * h + b.select(dim, t)

@@ -19,6 +19,7 @@ evaluation and logging run outside it, and a group whose runs change captures ag
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
@@ -59,6 +60,33 @@ def resolve_device(name: str, field: str = "train.device") -> torch.device:
 def asks_for_gpu(name: str) -> bool:
     """Whether ``name`` (a valid ``train.device``) names a GPU, whatever this machine has."""
     return name.startswith("cuda")
+
+
+def trains_on_gpu(name: str) -> bool:
+    """Whether a group whose ``train.device`` is ``name`` trains on a GPU (``auto``: where PyTorch sees one)."""
+    return asks_for_gpu(name) or (name == "auto" and torch.cuda.is_available())
+
+
+def gpu_free_for(name: str) -> tuple[torch.device, int] | None:
+    """The GPU a group with ``train.device`` = ``name`` trains on here and its free bytes; None where it trains on
+    the CPU, or on a GPU this process cannot see (a Ray driver planning for GPU workers: their check is theirs)."""
+    if not trains_on_gpu(name) or not torch.cuda.is_available():
+        return None
+    try:
+        device = resolve_device(name)
+    except UserError:  # cuda:N past this machine's GPUs: training says so where it runs
+        return None
+    free = free_memory(device)
+    return None if free is None else (device, free)
+
+
+def release(device: torch.device) -> None:
+    """Give what dropped models, optimizers and CUDA graphs held back to the device before the next thing is built
+    on it: collect what only the garbage collector frees, then return the CUDA caching allocator's free blocks
+    (a graph's private pool among them) to the driver, so one benchmark case's leftovers do not crowd the next."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 def gpus_for(name: str) -> list[str]:

@@ -6,10 +6,15 @@ For the R runs of a group, in bytes (what each run adds, and what the runs share
   run, P counted exactly (``models.model_size``), and the buffers the runs share;
 - activations: a training step keeps for the backward pass at least one float per unit of width, position and
   layer of each example, and the logits it reads (a lower bound: the families keep 1.5 to 100 times that);
+- scan: for the families whose spec says what a training step's blocks hold (``training_floats``: Mamba's
+  selective scan in blocks and its layers' activations; DSS's FFT convolution and kernel), that, measured;
 - training data: each run holds its current chunk, the one sampled ahead (``data.DataStream``) and the group's
   copy of its current chunk on the device (``data.GroupBatches``), and two chunks may be sampled at once (one
   when chunks are too big to sample ahead), each at its peak (measured: ``tasks.sizes``);
 - evaluation set: the examples every run is scored on (``data.eval_set``), at the peak of generating them.
+
+On the CPU every part is checked against the host's budget (``depthlab.memory``). On a GPU the parts that live
+there (``ON_DEVICE``) are checked against the GPU's free memory, the others against the host's.
 """
 
 from __future__ import annotations
@@ -23,8 +28,10 @@ from ..models import ModelSize, TaskShapes, model_size
 from ..tasks import Task
 from ..tasks.sizes import SampleCost, sample_cost
 from .data import CHUNK_EXAMPLES, EXHAUSTIVE_EVAL_LIMIT, PREFETCH_BYTES, SAMPLED_EVAL_EXAMPLES
+from .device import gpu_free_for, trains_on_gpu
 
 FLOAT = 4  # bytes of a float32: weights, gradients, optimizer states and activations
+ON_DEVICE = frozenset({"parameters and optimizer", "activations", "scan", "model buffers"})  # the rest: the host's
 _MODEL_SIZES: dict[tuple[str, str, str], ModelSize] = {}
 
 
@@ -41,6 +48,11 @@ class Footprint:
     def runs_that_fit(self, budget: int) -> int:
         """The most runs whose group stays within ``budget`` bytes (0: not even one)."""
         return max(budget - sum(self.shared.values()), 0) // max(sum(self.per_run.values()), 1)
+
+    def only(self, parts: frozenset[str], keep: bool = True) -> Footprint:
+        """The footprint of the parts named in ``parts`` (or of the others, ``keep=False``)."""
+        return Footprint({k: v for k, v in self.per_run.items() if (k in parts) == keep},
+                         {k: v for k, v in self.shared.items() if (k in parts) == keep})
 
 
 def _model_size(config: RunConfig) -> ModelSize:
@@ -75,9 +87,11 @@ def footprint(config: RunConfig) -> Footprint:
     chunk = max(1, CHUNK_EXAMPLES // train.batch_size) * train.batch_size
     held = 2 if chunk * cost.kept <= PREFETCH_BYTES else 1  # the next chunk is sampled ahead only when small
     evaluation = sample_cost(task, "eval") or cost
+    blocks = getattr(config.model, "training_floats", None)
+    scan = {"scan": blocks(task.seq_len, train.batch_size, trains_on_gpu(train.device)) * FLOAT} if blocks else {}
     return Footprint(
         per_run={"parameters and optimizer": size.parameters * FLOAT * (2 + states),
-                 "activations": activations * FLOAT, "training data": (held + 1) * chunk * cost.kept},
+                 "activations": activations * FLOAT, **scan, "training data": (held + 1) * chunk * cost.kept},
         shared={"model buffers": size.buffers * FLOAT, "sampling": held * cost.bytes(chunk),
                 "evaluation set": evaluation.bytes(_eval_examples(config))})
 
@@ -90,13 +104,36 @@ def check_group(configs: list[RunConfig]) -> None:
 
 def check_runs(config: RunConfig, runs: int, fix: str | None = None) -> None:
     """ResourceError when ``runs`` runs shaped as ``config``, trained as one group, need more memory than the
-    budget; checked from the one config, before the others are built. ``fix``: what to lower (default: the
-    task's or model's sizes, or the group's size)."""
+    budget (on a GPU: the parts that live there, more than it has free); checked from the one config, before the
+    others are built. ``fix``: what to lower (default: the task's or model's sizes, or the group's size)."""
     fp = footprint(config)
-    need = fp.total(runs)
     budget, _ = memory_budget()
-    if budget is None or need <= budget:
+    if budget is None:  # DEPTHLAB_MEMORY=off: nothing is checked
         return
+    gpu = trains_on_gpu(config.train.device)
+    host = fp.only(ON_DEVICE, keep=False) if gpu else fp
+    if host.total(runs) > budget:
+        need, detail, what_to_do = _shortfall(host, runs, budget, fix)
+        require_memory(need, _group(config, runs), what_to_do, detail)
+    on_gpu = gpu_free_for(config.train.device)
+    if on_gpu is None:
+        return
+    where, free = on_gpu
+    device = fp.only(ON_DEVICE)
+    if device.total(runs) > free:
+        need, detail, what_to_do = _shortfall(device, runs, free, fix)
+        raise ResourceError(f"{_group(config, runs)} needs about {format_bytes(need)} on {where} ({detail}), more "
+                            f"than the {format_bytes(free)} free there; {what_to_do}")
+
+
+def _group(config: RunConfig, runs: int) -> str:
+    group = f"a group of {runs} runs" if runs > 1 else "a run"
+    return f"memory: {group} of {config.task.name} with {config.model.name}"
+
+
+def _shortfall(fp: Footprint, runs: int, budget: int, fix: str | None) -> tuple[int, str, str]:
+    """For ``runs`` runs of ``fp`` over ``budget`` bytes: the bytes they need, the parts of 1 MiB or more, and
+    what to lower (``fix``, or by default the sizes or the group's size), with how many runs would fit."""
     parts = {k: v * runs for k, v in fp.per_run.items()} | fp.shared
     detail = ", ".join(f"{k} {format_bytes(v)}" for k, v in parts.items() if v >= 1 << 20)
     fits = fp.runs_that_fit(budget)
@@ -106,8 +143,7 @@ def check_runs(config: RunConfig, runs: int, fix: str | None = None) -> None:
             fix += f", or train at most {fits} runs at once (--group-size {fits})"
     elif 1 <= fits < runs:
         fix += f" (at most {fits} fit)"
-    group = f"a group of {runs} runs" if runs > 1 else "a run"
-    require_memory(need, f"memory: {group} of {config.task.name} with {config.model.name}", fix, detail)
+    return fp.total(runs), detail, fix
 
 
 def check_sample(task: Task, n: int, split: str, what: str, fix: str, per_example: int = 0) -> None:

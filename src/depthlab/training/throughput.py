@@ -27,7 +27,7 @@ from ..models import TaskShapes, build_model
 from ..store import Store
 from .bench_cases import CASES, Case, TorchLSTM, chosen_cases
 from .data import DataStream
-from .device import CPU, GRAPH_WARMUP_STEPS, autocast, prepare, resolve_device, synchronize, to_device
+from .device import CPU, GRAPH_WARMUP_STEPS, autocast, prepare, release, resolve_device, synchronize, to_device
 from .engine import Group
 from .objectives import per_run_loss
 
@@ -171,27 +171,45 @@ def engine(configs: list[RunConfig], min_seconds: float) -> tuple[float, float]:
     return examples / seconds, group.data_seconds / seconds
 
 
-def check_sizes(run_counts: list[int], cases: list[str] | None = None, device: str = "cpu") -> None:
-    """Before anything is allocated, as a sweep is checked: at most ``MAX_GRID_POINTS`` runs in a group, and the
-    largest group of every case within the memory budget (``training.footprint``); a UserError naming --runs."""
+def check_sizes(run_counts: list[int], cases: list[str] | None = None, device: str = "cpu") -> list[dict[str, Any]]:
+    """Before anything is allocated, as a sweep is checked: at most ``MAX_GRID_POINTS`` runs in a group (else a
+    UserError naming --runs), and every case's group at every size within the memory budget — on a GPU, the parts
+    that live there within its free memory (``training.footprint``). Returns what does not fit, to be left out:
+    ``{"name", "runs", "reason"}`` with the one-line reason; when nothing fits, the first reason is the error."""
     from ..config import MAX_GRID_POINTS
-    from ..errors import UserError
+    from ..errors import ResourceError, UserError
     from .footprint import check_runs
 
     largest = max(run_counts)
     if largest > MAX_GRID_POINTS:
         raise UserError(f"--runs: group sizes of at most {MAX_GRID_POINTS:,} runs, as a sweep may hold (got "
                         f"{largest:,})")
-    for case in chosen_cases(cases):
-        check_runs(bench_configs(case, 1, "fp32", device)[0], largest, fix="lower --runs")
+    chosen, counts = chosen_cases(cases), sorted(set(run_counts))
+    left_out, first = [], None
+    for case in chosen:
+        config = bench_configs(case, 1, "fp32", device)[0]
+        for runs in counts:
+            try:
+                check_runs(config, runs, fix="lower --runs")
+            except ResourceError as e:
+                first = first or e
+                left_out.append({"name": case.name, "runs": runs, "reason": str(e)})
+    if first is not None and len(left_out) == len(chosen) * len(counts):
+        raise first
+    return left_out
 
 
 def run_benchmark(run_counts: list[int], cases: list[str] | None = None, min_seconds: float = 1.0,
-                  progress=None, rounds: int = 3, device: str = "cpu") -> dict[str, Any]:
+                  progress=None, rounds: int = 3, device: str = "cpu",
+                  left_out: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Every case at every group size, ``rounds`` times interleaved (plain loop, then each group size), each
     rate the median of its rounds: this machine's speed drifts by ±15 % over minutes, and interleaving
     puts the drift into every measurement alike instead of into the ratios. On a GPU every default case runs
-    in fp32 (TF32 matmuls) and bf16, the family cases in fp32; on the CPU, bf16 for icqa-paper only."""
+    in fp32 (TF32 matmuls) and bf16, the family cases in fp32; on the CPU, bf16 for icqa-paper only. The
+    (case, group size) pairs in ``left_out`` (``check_sizes``: they cannot fit) are not measured; a case left out
+    at every size is not measured at all. What each measurement built is given back to the device before the
+    next one (``device.release``)."""
+    skip = {(entry["name"], entry["runs"]) for entry in left_out or []}
     where = resolve_device(device, "--device")
     fp32 = prepare(where, "fp32")
     peak = peak_gflops(torch.float32, where)
@@ -203,16 +221,21 @@ def run_benchmark(run_counts: list[int], cases: list[str] | None = None, min_sec
     plan = [(c, p) for c in chosen
             for p in (["fp32", "bf16"] if (both and c.group == "default") or c.name == "icqa-paper" else ["fp32"])]
     for case, precision in plan:
+        counts = [runs for runs in run_counts if (case.name, runs) not in skip]
+        if not counts:
+            continue
         base = bench_configs(case, 1, precision, device)[0]
         flops = 3 * forward_flops(base)
         plain_rates: list[float] = []
-        measured: dict[int, list[tuple[float, float]]] = {runs: [] for runs in run_counts}
+        measured: dict[int, list[tuple[float, float]]] = {runs: [] for runs in counts}
         for _ in range(rounds):
             plain_rates.append(plain_loop(base, min_seconds))
-            for runs in run_counts:
+            release(where)
+            for runs in counts:
                 measured[runs].append(engine(bench_configs(case, runs, precision, device), min_seconds))
+                release(where)
         plain = statistics.median(plain_rates)
-        for runs in run_counts:
+        for runs in counts:
             rate = statistics.median(r for r, _ in measured[runs])
             data_share = statistics.median(d for _, d in measured[runs])
             rows.append({
@@ -224,5 +247,5 @@ def run_benchmark(run_counts: list[int], cases: list[str] | None = None, min_sec
             if progress:
                 progress(rows[-1])
     return {"device": str(where), "peak_gflops": round(peak, 1), "peak_gflops_bf16": round(peak_bf16, 1),
-            "threads": torch.get_num_threads(), "rounds": rounds, "cases": rows,
+            "threads": torch.get_num_threads(), "rounds": rounds, "cases": rows, "left_out": list(left_out or []),
             "notes": {c.name: c.note for c in chosen}}
