@@ -132,3 +132,15 @@ def test_the_detailed_runs_are_each_cells_first_then_second_as_a_sort_by_rank_wo
             assert sum(map(len, picker.kept)) <= 2 * limit
         expected = sorted(sorted(range(n), key=lambda i: ranks[i])[:limit])
         assert [r["place"] for r in picker.chosen()] == expected
+
+
+def test_runs_json_written_a_page_at_a_time_is_one_json_object_with_the_same_rows(store, monkeypatch):
+    """``runs --json`` encodes its runs a page at a time and finds each cell's id and settings once per cell (a
+    small page and a cache of two cells here, cleared as it fills): still one JSON object, the same bytes."""
+    code, whole, err = run_depthlab("runs", "--json", "--store", str(store))
+    monkeypatch.setattr("depthlab.cli.runs.JSON_PAGE", 7)
+    monkeypatch.setattr("depthlab.cli.runs.CELLS_KEPT", 2)
+    code, paged, err = run_depthlab("runs", "--json", "--store", str(store))
+    assert code == 0 and paged == whole and len(json.loads(paged)["runs"]) == RUNS, err
+    rows = json.loads(paged)["runs"]
+    assert len({r["cell"] for r in rows}) == 3 and {r["settings"]["train.lr"] for r in rows} == {0.01, 0.1}
