@@ -26,7 +26,7 @@ class Member(Task):
     eval_protocol = "exhaustive dataset"
     loss = {loss!r}
     vocab = property(lambda self: letter_names(4))
-    labels = property(lambda self: number_names(4))
+    labels = property(lambda self: {labels})
     seq_len = property(lambda self: {seq_len})
     chance = property(lambda self: {chance})
 
@@ -40,8 +40,8 @@ class Member(Task):
     def enumerate(self, split="eval"):
         return self.sample({enumerated}, np.random.default_rng(0))
 '''
-GOOD = {"top": "", "loss": "cross_entropy", "seq_len": 3, "chance": 0.25, "size": 64, "enumerated": 64,
-        "body": "x, y = rng.integers(0, 4, (n, 3)), rng.integers(0, 4, n)"}
+GOOD = {"top": "", "labels": "number_names(4)", "loss": "cross_entropy", "seq_len": 3, "chance": 0.25, "size": 64,
+        "enumerated": 64, "body": "x, y = rng.integers(0, 4, (n, 3)), rng.integers(0, 4, n)"}
 TRAIN = {"model": {"name": "attention_only", "layers": 1}, "train": {"steps": 2, "eval_every": 2, "batch_size": 4}}
 
 # kind: (what differs from GOOD, the command after --plugin FILE (train: a run file of the task), needle)
@@ -59,6 +59,9 @@ CASES = {
                    "sample", "sample returned inputs as a torch.Tensor, not a numpy array"),
     "regression-shape": ({"loss": "mse", "body": "x, y = rng.integers(0, 4, (n, 3)), rng.random(n)"}, "sample",
                          "sample returned targets of shape [2] (float64); a mse task needs numbers of shape [2, 4]"),
+    # counted before each name is checked: it fails at once (it took 43 s, then the allocator refused 98 GB)
+    "labels-3-million": ({"labels": "['0'] * 3_000_000"}, "sample", "labels has 3,000,000 names, more than the "
+                                                                    "1,048,576 a task may have"),
     "enumerate-short": ({"enumerated": 5}, "train", "enumerate returned 5 examples, while dataset_size('eval') "
                                                     "says 64"),
 }

@@ -23,6 +23,7 @@ from ..models import ModelSize, TaskShapes, model_size
 from ..tasks import Task
 from ..tasks.sizes import SampleCost, sample_cost
 from .data import CHUNK_EXAMPLES, EXHAUSTIVE_EVAL_LIMIT, PREFETCH_BYTES, SAMPLED_EVAL_EXAMPLES
+from .evaluate import eval_chunk
 
 FLOAT = 4  # bytes of a float32: weights, gradients, optimizer states and activations
 _MODEL_SIZES: dict[tuple[str, str, str], ModelSize] = {}
@@ -30,17 +31,33 @@ _MODEL_SIZES: dict[tuple[str, str, str], ModelSize] = {}
 
 @dataclass(frozen=True)
 class Footprint:
-    """Bytes by part: ``per_run`` for each run of the group, ``shared`` once."""
+    """Bytes by part: ``per_run`` for each run of the group, ``shared`` once, and the evaluation pass:
+    ``eval_example`` bytes per example and run, for as many examples at once as ``evaluate.eval_chunk`` takes
+    for the group (fewer for more runs or longer sequences of ``seq_len`` positions)."""
 
     per_run: dict[str, int]
     shared: dict[str, int]
+    eval_example: int = 0
+    seq_len: int = 1
+
+    def parts(self, runs: int) -> dict[str, int]:
+        """Bytes by part for a group of ``runs`` runs."""
+        evaluation = runs * eval_chunk(runs, self.seq_len) * self.eval_example
+        return {**{k: v * runs for k, v in self.per_run.items()}, **self.shared, EVAL_PASS: evaluation}
 
     def total(self, runs: int) -> int:
-        return runs * sum(self.per_run.values()) + sum(self.shared.values())
+        return sum(self.parts(runs).values())
 
     def runs_that_fit(self, budget: int) -> int:
         """The most runs whose group stays within ``budget`` bytes (0: not even one)."""
-        return max(budget - sum(self.shared.values()), 0) // max(sum(self.per_run.values()), 1)
+        low, high = 0, max(budget - sum(self.shared.values()), 0) // max(sum(self.per_run.values()), 1)
+        while low < high:  # the evaluation pass grows with the runs until its chunk shrinks: searched
+            middle = (low + high + 1) // 2
+            low, high = (middle, high) if self.total(middle) <= budget else (low, middle - 1)
+        return low
+
+
+EVAL_PASS = "evaluation pass"
 
 
 def _model_size(config: RunConfig) -> ModelSize:
@@ -79,7 +96,9 @@ def footprint(config: RunConfig) -> Footprint:
         per_run={"parameters and optimizer": size.parameters * FLOAT * (2 + states),
                  "activations": activations * FLOAT, "training data": (held + 1) * chunk * cost.kept},
         shared={"model buffers": size.buffers * FLOAT, "sampling": held * cost.bytes(chunk),
-                "evaluation set": evaluation.bytes(_eval_examples(config))})
+                "evaluation set": evaluation.bytes(_eval_examples(config))},
+        # a layer's residual stream, and the logits with their log-softmax (a task of 3,000,000 labels: 98 GB)
+        eval_example=(task.seq_len * size.width + 2 * read * task.n_outputs) * FLOAT, seq_len=task.seq_len)
 
 
 def check_group(configs: list[RunConfig]) -> None:
@@ -97,8 +116,12 @@ def check_runs(config: RunConfig, runs: int, fix: str | None = None) -> None:
     budget, _ = memory_budget()
     if budget is None or need <= budget:
         return
-    parts = {k: v * runs for k, v in fp.per_run.items()} | fp.shared
+    parts = fp.parts(runs)
     detail = ", ".join(f"{k} {format_bytes(v)}" for k, v in parts.items() if v >= 1 << 20)
+    if parts[EVAL_PASS] > need // 2:  # the task's outputs: said by their number, the field that sets them
+        examples = eval_chunk(runs, fp.seq_len)
+        detail += (f"; the evaluation pass scores {examples:,} examples at a time against "
+                   f"{config.task.n_outputs:,} outputs of {config.task.name}")
     fits = fp.runs_that_fit(budget)
     if fix is None:
         fix = "lower the task's or the model's sizes (or train.batch_size)"
