@@ -153,13 +153,15 @@ def connect(address: str | None = None, local_cpus: int | None = None) -> bool:
     return True
 
 
-RAYLET_OVERHEAD = 512 << 20  # the raylet's own address space beside the object store it maps (measured: 300 MB)
+RAY_PROCESS_GROWTH = 1536 << 20  # what ray.init adds to a process beside the object store (measured: 1.2 GB of
+# threads and their malloc arenas in the driver; a worker is alike)
 
 
 def _check_address_space(object_store: int | None) -> None:
     """A UserError, before Ray starts, when the object store a local instance would map (``object_store``, else
     Ray's default: 30 % of the available memory) does not fit this process's address-space limit (``ulimit -v``,
-    which Ray's processes inherit): its raylet would die mapping it, and ``ray.init`` wait 30 s for it."""
+    which Ray's processes inherit) beside what the process holds and what Ray adds to it: every Ray process maps the
+    store (a raylet that cannot died at once and ``ray.init`` waited 30 s for it; a driver that cannot aborted)."""
     try:
         import resource
     except ImportError:  # not a POSIX system: no such limit
@@ -168,13 +170,26 @@ def _check_address_space(object_store: int | None) -> None:
     if limit == resource.RLIM_INFINITY:
         return
     size = object_store if object_store is not None else _default_object_store()
-    if size is not None and size + RAYLET_OVERHEAD > limit:
+    held = _address_space_in_use()
+    if size is not None and size + held + RAY_PROCESS_GROWTH > limit:
         from ..memory import format_bytes
 
-        raise UserError(f"--executor ray: the object store memory Ray would map ({format_bytes(size)}) does not fit "
+        raise UserError(f"--executor ray: the object store memory Ray would map ({format_bytes(size)}), which every "
+                        f"Ray process maps beside its own {format_bytes(held + RAY_PROCESS_GROWTH)}, does not fit "
                         f"this process's address-space limit of {format_bytes(limit)} (`ulimit -v`), so no Ray "
                         f"worker could start: set {OBJECT_STORE_ENV}=512MiB (the local instance's object store "
                         f"size), or raise the limit")
+
+
+def _address_space_in_use() -> int:
+    """This process's virtual memory size in bytes (``VmSize``; 0 where ``/proc`` does not say)."""
+    try:
+        with open("/proc/self/status") as status:
+            line = next((line for line in status if line.startswith("VmSize:")), "")
+    except OSError:
+        return 0
+    parts = line.split()
+    return int(parts[1]) << 10 if len(parts) == 3 and parts[1].isdigit() else 0
 
 
 def _default_object_store() -> int | None:
