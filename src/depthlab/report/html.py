@@ -109,7 +109,7 @@ class ReportContext:
 
     store: Store
     runs: Iterable[dict[str, Any]]  # the selected runs' store records (id, task, model, config, status, final, …):
-    # a report's streams them from the store again each time it is iterated (``report.gather.SelectedRuns``)
+    # in a report, read again from the store, a page at a time, each time they are iterated (``gather.SelectedRuns``)
     examples: int = 2  # attention examples per run
     filter: str | None = None
     data: dict[str, Any] = field(default_factory=dict)  # JSON for the page's script (sections may add keys)
