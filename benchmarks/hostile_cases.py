@@ -82,6 +82,7 @@ def cases(work: Path, only_issue_47: bool = False) -> list[tuple[str, tuple[int,
 
     if only_issue_47:
         issue_47_outputs_secrets_waits(work, a, copy, case)
+        issue_47_labels_and_processes(work, case)
         return out
 
     # unbounded reads
@@ -265,7 +266,39 @@ def cases(work: Path, only_issue_47: bool = False) -> list[tuple[str, tuple[int,
                                                                f"stdout; stderr: {done.stderr.strip()[:90]!r}"))
     # end of issue 47, items 4 and 5
     issue_47_outputs_secrets_waits(work, a, copy, case)
+    issue_47_labels_and_processes(work, case)
     return out
+
+
+def issue_47_labels_and_processes(work: Path, case) -> None:
+    """Issue 47's last plugin cases (i47c): a vocabulary of 3,000,000 labels, and every way plugin code could start
+    a process writing to depthlab's stdout, each on import (``tasks --json``) or in ``sample``."""
+    sample = "x, y = rng.integers(0, 4, (n, 3)), rng.integers(0, 4, n)"
+    labels = write(work / "labels47.py", plugin_template().format(kind="labels47", body=sample)
+                   .replace("number_names(4)", "number_names(3_000_000)"))
+    run = write(work / "labels47.yaml", {**RUN, "task": {"name": "hostile_labels47"}})
+    case("plugin task with 3,000,000 labels, train", depthlab("--plugin", str(labels), "train", str(run), "--store",
+                                                              str(work / "s47c")))
+    starts = {"posix.fork() on import": "import posix\nif posix.fork() == 0:\n    print('child')\n",
+              "os.forkpty() on import": "import os\nif os.forkpty()[0] == 0:\n    print('child')\n",
+              "os.system('echo child') on import": "import os\nos.system('echo child')\n",
+              "a multiprocessing (spawn) process on import": (
+                  "import multiprocessing\nmultiprocessing.get_context('spawn').Process(target=print, "
+                  "args=('child',)).start()\n"),
+              "subprocess.run(['echo', 'child']) on import": "import subprocess\nsubprocess.run(['echo', 'child'])\n"}
+    for i, (what, top) in enumerate(starts.items()):
+        plugin = write(work / f"start47_{i}.py", top + plugin_template().format(kind=f"s47_{i}", body=sample))
+        done = subprocess.run([sys.executable, "-m", "depthlab.cli", "--plugin", str(plugin), "tasks", "--json"],
+                              capture_output=True, text=True, timeout=TIMEOUT)
+        case(f"plugin {what}, tasks --json", (done.returncode, f"{len(done.stdout.strip().splitlines())} line(s) on "
+                                                               f"stdout; stderr: {done.stderr.strip()[:150]!r}"))
+    body = "import subprocess; subprocess.run(['echo', 'child']); " + sample
+    plugin = write(work / "start47_sample.py", plugin_template().format(kind="s47sample", body=body))
+    done = subprocess.run([sys.executable, "-m", "depthlab.cli", "--plugin", str(plugin), "sample", "hostile_s47sample",
+                           "-n", "2", "--json"], capture_output=True, text=True, timeout=TIMEOUT)
+    case("plugin running subprocess.run(['echo', 'child']) in sample, sample --json",
+         (done.returncode, f"{len(done.stdout.strip().splitlines())} line(s) on stdout; stderr: "
+                           f"{done.stderr.strip()[:150]!r}"))
 
 
 # --------------------------------------------------------------- issue 47 items 1, 2, 3, 6: outputs, secrets, waits
@@ -343,9 +376,12 @@ def issue_47_outputs_secrets_waits(work: Path, a: str, copy, case) -> None:
     case("atlas --finished-only --store TYPO", depthlab("atlas", "--finished-only", "--store", str(work / "TYPO")))
     case("construct seed003-nearest-neighbor --set gamma=1e-308",
          depthlab("construct", "seed003-nearest-neighbor", "--set", "gamma=1e-308"))
-    case("sweep --executor ray under an 8 GB address-space cap (ulimit -v)", depthlab(
-        shell=f"ulimit -v 8000000; {sys.executable} -m depthlab.cli sweep {work / 'two.yaml'} --executor ray "
-              f"--store {work / 'ray'}", timeout=300))
+    for cap, store_size in (("8000000", ""), ("4000000", ""), ("4000000", "DEPTHLAB_RAY_OBJECT_STORE=512MiB ")):
+        # 4 GB: Ray's default object store (30 % of the available memory) does not fit; its raylet died mapping it
+        # and ray.init waited 30 s, then an internal error (exit 1); with 512MiB the same sweep runs
+        case(f"{store_size}sweep --executor ray under a {int(cap) // 10**6} GB address-space cap (ulimit -v {cap})",
+             depthlab(shell=f"ulimit -v {cap}; {store_size}{sys.executable} -m depthlab.cli sweep {work / 'two.yaml'} "
+                            f"--executor ray --store {work / f'ray-{cap}-{bool(store_size)}'}", timeout=300))
 
 
 def main() -> None:

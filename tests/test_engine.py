@@ -257,6 +257,27 @@ def test_a_group_that_cannot_fit_is_refused_before_it_is_built(tmp_path, monkeyp
     assert len(results) == 4 and {r["status"] for r in store.find_runs()} == {"done"}
 
 
+def test_the_evaluation_pass_counts_in_a_groups_memory(monkeypatch):
+    """Evaluation scores 8,192 examples at a time against every label: a task of 500,000 labels holds 30 GiB of
+    logits there. The footprint counts that pass and names the labels; before, such a run passed the check and
+    the allocator refused it mid-run."""
+    from depthlab.config import parse_run
+    from depthlab.errors import ResourceError
+    from depthlab.training.footprint import EVAL_PASS, check_runs, footprint
+
+    run = parse_run({"task": {"name": "index_lookup", "alphabet": 500_000, "N": 10},
+                     "model": {"name": "transformer", "layers": 1, "width": 8}})
+    fp = footprint(run)
+    assert fp.parts(1)[EVAL_PASS] == 8192 * (11 * 8 + 2 * 500_000) * 4
+    assert fp.parts(4)[EVAL_PASS] == 4 * fp.parts(1)[EVAL_PASS]  # the chunk shrinks only for long sequences
+    monkeypatch.setenv("DEPTHLAB_MEMORY", "4GiB")
+    with pytest.raises(ResourceError, match=r"evaluation pass 30\.5 GiB; the evaluation pass scores 8,192 examples "
+                                            r"at a time against 500,000 outputs of index_lookup"):
+        check_runs(run, 1)
+    monkeypatch.setenv("DEPTHLAB_MEMORY", str(fp.total(3) + 1))
+    assert fp.runs_that_fit(fp.total(3) + 1) == 3
+
+
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
 def test_a_dropped_group_is_freed_at_once_not_by_the_garbage_collector(tmp_path, monkeypatch, compiled):
     """A group's memory (on a GPU its model, optimizer state and CUDA graph pool) is given back when the last

@@ -26,7 +26,7 @@ class Member(Task):
     eval_protocol = "exhaustive dataset"
     loss = {loss!r}
     vocab = property(lambda self: letter_names(4))
-    labels = property(lambda self: number_names(4))
+    labels = property(lambda self: {labels})
     seq_len = property(lambda self: {seq_len})
     chance = property(lambda self: {chance})
 
@@ -40,8 +40,8 @@ class Member(Task):
     def enumerate(self, split="eval"):
         return self.sample({enumerated}, np.random.default_rng(0))
 '''
-GOOD = {"top": "", "loss": "cross_entropy", "seq_len": 3, "chance": 0.25, "size": 64, "enumerated": 64,
-        "body": "x, y = rng.integers(0, 4, (n, 3)), rng.integers(0, 4, n)"}
+GOOD = {"top": "", "labels": "number_names(4)", "loss": "cross_entropy", "seq_len": 3, "chance": 0.25, "size": 64,
+        "enumerated": 64, "body": "x, y = rng.integers(0, 4, (n, 3)), rng.integers(0, 4, n)"}
 TRAIN = {"model": {"name": "attention_only", "layers": 1}, "train": {"steps": 2, "eval_every": 2, "batch_size": 4}}
 
 # kind: (what differs from GOOD, the command after --plugin FILE (train: a run file of the task), needle)
@@ -59,6 +59,9 @@ CASES = {
                    "sample", "sample returned inputs as a torch.Tensor, not a numpy array"),
     "regression-shape": ({"loss": "mse", "body": "x, y = rng.integers(0, 4, (n, 3)), rng.random(n)"}, "sample",
                          "sample returned targets of shape [2] (float64); a mse task needs numbers of shape [2, 4]"),
+    # counted before each name is checked: it fails at once (it took 43 s, then the allocator refused 98 GB)
+    "labels-3-million": ({"labels": "['0'] * 3_000_000"}, "sample", "labels has 3,000,000 names, more than the "
+                                                                    "1,048,576 a task may have"),
     "enumerate-short": ({"enumerated": 5}, "train", "enumerate returned 5 examples, while dataset_size('eval') "
                                                     "says 64"),
 }
@@ -115,3 +118,51 @@ def test_a_plugin_that_writes_to_descriptor_1_or_forks_on_import_cannot_break_js
     code, out, err = run_depthlab("--plugin", forks, "tasks", "--json")
     assert code == 2 and out == "" and "Traceback" not in err, err
     assert err.startswith(f"error: --plugin {forks}: line 5: called os.fork()"), err
+
+
+# each way a plugin could start a process whose output reaches depthlab's stdout: (code, what the line names);
+# a child that does start exits at once (posix._exit: os._exit is refused in plugin code), as on main it did start
+STARTS = {
+    "posix.fork": ("import posix\npid = posix.fork()\nif pid == 0:\n    os.write(1, b'child')\n    posix._exit(0)\n"
+                   "os.waitpid(pid, 0)", "called os.fork()"),  # posix.fork is os.fork
+    "os.forkpty": ("import posix\npid, fd = os.forkpty()\nif pid == 0:\n    posix._exit(0)\nos.waitpid(pid, 0)",
+                   "called os.forkpty()"),
+    "os.system": ("os.system('echo child')", "called os.system()"),
+    "os.posix_spawn": ("os.waitpid(os.posix_spawn('/bin/echo', ['echo', 'child'], os.environ), 0)",
+                       "called os.posix_spawn()"),
+    "subprocess": ("import subprocess\nsubprocess.run(['echo', 'child'])",
+                   "started the process \"['echo', 'child']\" with depthlab's stdout as its own"),
+    "multiprocessing": ("import multiprocessing\nprocess = multiprocessing.get_context('spawn').Process(target=print, "
+                        "args=('child',))\nprocess.start()\nprocess.join()", "started a multiprocessing process"),
+}
+
+
+@pytest.mark.parametrize("where", ["import", "sample"])
+@pytest.mark.parametrize("start", list(STARTS))
+def test_a_plugin_that_starts_a_process_writing_to_stdout_is_refused_naming_it(tmp_path, capfd, start, where):
+    """Only os.fork was refused: posix.fork, os.forkpty, a shell, a spawn, a subprocess or a multiprocessing
+    child started on import or in a member broke ``--json`` or left a child writing to stdout. Each is one line
+    naming the plugin file, exit 2, and no child writes to file descriptor 1."""
+    code_text, needle = STARTS[start]
+    kind = f"{start.replace('.', '-')}-{where}"
+    if where == "import":
+        plugin = plugin_file(tmp_path, kind, top="import os\n" + code_text)
+        args, label = ["tasks", "--json"], f"error: --plugin {plugin}: line "
+    else:
+        body = "import os\n" + code_text + "\nx, y = rng.integers(0, 4, (n, 3)), rng.integers(0, 4, n)"
+        plugin = plugin_file(tmp_path, kind, body=body.replace("\n", "\n        "))
+        args, label = ["sample", f"member_{kind}", "-n", "2", "--json"], f"error: plugin {plugin}: task member_{kind}"
+    code, out, err = run_depthlab("--plugin", plugin, *args)
+    descriptors = capfd.readouterr()
+    lines = err.strip().splitlines()
+    assert code == 2 and out == "" and len(lines) == 1 and "Traceback" not in err, (code, out, err)
+    assert lines[0].startswith(label) and needle in lines[0], lines[0]
+    assert "child" not in descriptors.out
+
+
+def test_a_plugin_may_start_a_process_whose_stdout_is_its_own(tmp_path):
+    """What the guard leaves alone: a subprocess whose output the plugin reads (or sends elsewhere)."""
+    top = "import subprocess\nsaid = subprocess.run(['echo', 'child'], capture_output=True, text=True).stdout"
+    plugin = plugin_file(tmp_path, "captures", top=top)
+    code, out, err = run_depthlab("--plugin", plugin, "tasks", "--json")
+    assert code == 0 and "member_captures" in json.loads(out)["tasks"][-1]["name"] + out, err

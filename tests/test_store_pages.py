@@ -79,3 +79,68 @@ def test_metrics_stream_the_same_table_and_report_details_some_runs_and_counts_e
     assert page.count('<tr data-run="') == DETAILED
     # every run counts in its cell's accuracy (3 cells of 20 seeds), not only the detailed ones
     assert "over 20 seeds" in page and not re.search(r"over [0-9] seeds", page)
+
+
+class Record(dict):
+    """A store record that can be watched (a plain dict takes no weak reference)."""
+
+
+def test_report_holds_a_bounded_number_of_runs_however_many_the_store_has(store, tmp_path, monkeypatch):
+    """Every run counts in its cell's numbers, but the report keeps at most twice the detailed runs at once (the
+    ranks that can still be chosen, ``report.gather.DetailPicker``): memory stays flat from 10,000 to 100,000 runs
+    (benchmarks/store_scale.py). Before, the report held every selected run's record."""
+    import weakref
+
+    from depthlab.report.html import build_report
+    from depthlab.store.sqlite import Store as SqliteStore
+
+    alive, most = [0], [0]
+    iter_runs = SqliteStore.iter_runs
+
+    def watched(self, *args, **kwargs):
+        for run in iter_runs(self, *args, **kwargs):
+            record = Record(run)
+            alive[0] += 1
+            most[0] = max(most[0], alive[0])
+            weakref.finalize(record, lambda: alive.__setitem__(0, alive[0] - 1))
+            yield record
+
+    monkeypatch.setattr(SqliteStore, "iter_runs", watched)
+    result = build_report(Store(store, readonly=True), tmp_path / "r.html", examples=0)
+    assert result["runs"] == RUNS and 0 < most[0] <= 2 * DETAILED + 1, most[0]
+    assert "over 20 seeds" in (tmp_path / "r.html").read_text()
+
+
+def test_the_detailed_runs_are_each_cells_first_then_second_as_a_sort_by_rank_would_choose():
+    """``DetailPicker`` streaming chooses what sorting every run by its rank in its cell (stable: the listing's
+    order among equals) and taking the first ``limit`` chose, for cells of every size."""
+    import random
+
+    from depthlab.report.gather import DetailPicker
+
+    rng = random.Random(0)
+    for _ in range(200):
+        limit, n = rng.randint(1, 12), rng.randint(0, 80)
+        cells = [rng.randint(0, rng.randint(0, 15)) for _ in range(n)]
+        ranks, seen = [], {}
+        for cell in cells:
+            ranks.append(seen.get(cell, 0))
+            seen[cell] = seen.get(cell, 0) + 1
+        picker = DetailPicker(limit)
+        for place, rank in enumerate(ranks):
+            picker.offer({"place": place}, rank, place)
+            assert sum(map(len, picker.kept)) <= 2 * limit
+        expected = sorted(sorted(range(n), key=lambda i: ranks[i])[:limit])
+        assert [r["place"] for r in picker.chosen()] == expected
+
+
+def test_runs_json_written_a_page_at_a_time_is_one_json_object_with_the_same_rows(store, monkeypatch):
+    """``runs --json`` encodes its runs a page at a time and finds each cell's id and settings once per cell (a
+    small page and a cache of two cells here, cleared as it fills): still one JSON object, the same bytes."""
+    code, whole, err = run_depthlab("runs", "--json", "--store", str(store))
+    monkeypatch.setattr("depthlab.cli.runs.JSON_PAGE", 7)
+    monkeypatch.setattr("depthlab.cli.runs.CELLS_KEPT", 2)
+    code, paged, err = run_depthlab("runs", "--json", "--store", str(store))
+    assert code == 0 and paged == whole and len(json.loads(paged)["runs"]) == RUNS, err
+    rows = json.loads(paged)["runs"]
+    assert len({r["cell"] for r in rows}) == 3 and {r["settings"]["train.lr"] for r in rows} == {0.01, 0.1}

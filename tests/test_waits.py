@@ -8,6 +8,7 @@ view hung `metrics` and `report`; a plugin's non-daemon thread kept the process 
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 import time
@@ -187,3 +188,65 @@ def test_a_ray_executor_whose_worker_never_starts_fails_fast_naming_the_object_s
     monkeypatch.setenv("DEPTHLAB_RAY_OBJECT_STORE", "lots")
     with pytest.raises(UserError, match=r"\$DEPTHLAB_RAY_OBJECT_STORE: "):
         ray_executor._object_store()
+
+
+@pytest.fixture
+def local_ray(monkeypatch):
+    """Ray, with ``connect``'s settings of the environment given back after the test and ``ray.init`` recorded
+    (never started)."""
+    ray = pytest.importorskip("ray")
+    from depthlab.sweeps import ray_executor
+
+    for variable in (*ray_executor.LOCAL_INSTANCE_ENV, *ray_executor.LOCAL_WORKER_NICENESS):
+        monkeypatch.setenv(variable, os.environ.get(variable, ray_executor.LOCAL_INSTANCE_ENV.get(variable, "0")))
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    inits: list[dict] = []
+    monkeypatch.setattr(ray, "init", lambda **options: inits.append(options))
+    return ray_executor, inits
+
+
+def test_an_object_store_the_address_space_limit_cannot_hold_fails_before_ray_starts(local_ray, monkeypatch):
+    """Under `ulimit -v 4000000` (this machine: Ray's default object store 6.7 GiB) Ray's raylet died mapping its
+    object store, ray.init waited 30 s and the sweep ended in an internal error (exit 1); under 8000000 the driver
+    aborted mapping it (exit 1; benchmarks/hostile_cases.py runs both with real Ray). The size is now checked
+    against the limit, beside what each Ray process holds, before Ray starts."""
+    import resource
+
+    from depthlab.errors import UserError
+
+    ray_executor, inits = local_ray
+    monkeypatch.setattr(resource, "getrlimit", lambda kind: (4_000_000 << 10, resource.RLIM_INFINITY))
+    monkeypatch.setenv("DEPTHLAB_RAY_OBJECT_STORE", "6GiB")
+    with pytest.raises(UserError, match=r"object store memory Ray would map \(6\.0 GiB\), which every Ray process "
+                                        r"maps beside its own .*, does not fit this process's address-space limit of "
+                                        r"3\.8 GiB \(`ulimit -v`\).*set DEPTHLAB_RAY_OBJECT_STORE=512MiB"):
+        ray_executor.connect()
+    monkeypatch.delenv("DEPTHLAB_RAY_OBJECT_STORE")
+    monkeypatch.setattr(resource, "getrlimit", lambda kind: (600 << 20, resource.RLIM_INFINITY))
+    with pytest.raises(UserError, match=r"object store memory Ray would map \(.*\), which every"):  # Ray's default
+        ray_executor.connect()
+    assert inits == []
+    monkeypatch.setenv("DEPTHLAB_RAY_OBJECT_STORE", "512MiB")
+    fits = (512 << 20) + ray_executor._address_space_in_use() + ray_executor.RAY_PROCESS_GROWTH + (64 << 20)
+    monkeypatch.setattr(resource, "getrlimit", lambda kind: (fits, resource.RLIM_INFINITY))
+    ray_executor.connect()  # fits: Ray is started with that size
+    assert inits and inits[0]["object_store_memory"] == 512 << 20
+
+
+def test_a_local_ray_instance_that_never_registers_is_one_line_naming_the_object_store(local_ray, monkeypatch):
+    """ray.init's own failure when the raylet dies for another reason (shared memory): named, exit 2, not an
+    internal error."""
+    ray = pytest.importorskip("ray")
+    from depthlab.errors import UserError
+
+    ray_executor, _ = local_ray
+
+    def init(**options):
+        raise Exception("The current node timed out during startup. This could happen because some of the raylet "
+                        "failed to startup or the GCS has become overloaded.")
+
+    monkeypatch.setattr(ray, "init", init)
+    monkeypatch.setattr(ray_executor, "_check_address_space", lambda size: None)
+    with pytest.raises(UserError, match=r"^--executor ray: Ray's local instance did not start .*object store memory.*"
+                                        r"set DEPTHLAB_RAY_OBJECT_STORE=512MiB"):
+        ray_executor.connect()

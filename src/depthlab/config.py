@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from .bounded import MAX_TEXT_BYTES, BoundError, parse_yaml, read_file
 from .errors import UserError
 from .models import MODELS, ModelSpec
+from .plugin_guards import PluginError
 from .tasks import TASKS, Task
 
 SECTIONS = ("task", "model", "train", "seed")
@@ -232,7 +233,12 @@ def _build(section: str, registry: dict[str, type[BaseModel]], raw: Any) -> Any:
     try:
         return cls(**raw) if section == "task" else cls(name=name, **raw)
     except ValidationError as e:
+        blamed = [err["ctx"]["error"] for err in e.errors() if isinstance(err.get("ctx", {}).get("error"), PluginError)]
+        if blamed:  # a plugin member out of its contract: its own line names the file, the task and the member
+            raise blamed[0] from None
         raise UserError(_format_error(section, e, allowed) + origin) from None
+    except PluginError:
+        raise
     except (ValueError, TypeError, ArithmeticError, RecursionError, MemoryError) as e:
         raise UserError(f"{section}: {_one_line(e)[:200]}{origin}") from None
 

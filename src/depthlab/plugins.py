@@ -50,7 +50,7 @@ from .plugin_guards import (
     stdout_descriptor_to_stderr,
 )
 from .tasks import TASKS, Task
-from .tasks.base import Batch
+from .tasks.base import MAX_VOCABULARY, Batch
 
 TASK_ATTRIBUTES = ("section", "summary")  # besides name: what `depthlab tasks` and every table show
 TASK_MEMBERS = ("vocab", "labels", "seq_len", "chance", "sample", "dataset_size", "enumerate")
@@ -206,7 +206,11 @@ def _whole(value: Any) -> bool:
 def member_problem(member: str, value: Any) -> str | None:
     """What is wrong with ``value`` as the task member ``member``, in words; None when nothing is."""
     if member in ("vocab", "labels"):
-        if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        if not isinstance(value, list | tuple):
+            return f"is {_shown(value)}; it must be a list of names (text)"
+        if len(value) > MAX_VOCABULARY:  # counted before each name is looked at: 3,000,000 labels fail at once
+            return f"has {len(value):,} names, more than the {MAX_VOCABULARY:,} a task may have"
+        if not all(isinstance(v, str) for v in value):
             return f"is {_shown(value)}; it must be a list of names (text)"
     elif member in ("seq_len", "dataset_size"):
         if not _whole(value) or value < (1 if member == "seq_len" else 0):

@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import json
 import math
+from array import array
 from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 
-from ..cells import cell_id, field_values, group_cells, labelled, variant_fields, variant_labels, without_seed
+from ..cells import cell_id, cell_key, field_values, labelled, variant_fields, variant_labels, without_seed
 from ..constructions.information_flow import closed_form
 from ..store import Store
 from ..sweeps.climb import CellResult, reached
@@ -41,6 +43,92 @@ def depth_label(depth: Any) -> str:
 CELL_AXES = ("model.layers",)  # what a capability table lays out as columns, never as a label
 
 
+class CellTally:
+    """One cell's numbers gathered run by run (:meth:`add`), so a store of 100,000 runs is read once and never held:
+    its runs' count and statuses, the final accuracies of those that finished (the mean ± sd over seeds), and the
+    ids of its first ``keep`` runs (``None``: every run's id), each with its seed and final accuracy."""
+
+    def __init__(self, config: dict[str, Any], keep: int | None = None) -> None:
+        self.config, self.keep = config, keep
+        self.n_runs = 0
+        self.statuses: Counter[str] = Counter()
+        self.accuracies = array("d")  # of the finished runs, in their order: np.mean over them as over a list
+        self.bests = array("d")
+        self.steps = 0  # their steps, summed (exact in integers)
+        self.final: dict[str, Any] = {}  # the first finished run's
+        self.lost: list[dict[str, Any]] = []
+        self.failed: list[str] = []
+        self.n_failed = 0
+        self.first: list[dict[str, Any]] = []  # id, seed, status, final accuracy and order of the first ``keep`` runs
+
+    def add(self, record: dict[str, Any], order: int = 0) -> None:
+        """Count ``record`` (a store record of this cell); ``order``: its place in the listing (oldest first)."""
+        final = record["final"] or {}
+        kept = self.keep is None or self.n_runs < self.keep
+        self.n_runs += 1
+        self.statuses[record["status"]] += 1
+        if kept:
+            self.first.append({"id": record["id"], "seed": record["config"].get("seed"), "status": record["status"],
+                               "accuracy": final.get("accuracy"), "order": order})
+        if record["status"] == "done" and final.get("accuracy") is not None:
+            if not self.accuracies:
+                self.final = final
+            self.accuracies.append(final["accuracy"])
+            self.steps += final["steps"]
+            if final.get("best"):
+                self.bests.append(final["best"]["accuracy"])
+            if final.get("learned_then_lost"):
+                self.lost.append({"run": record["id"], **final["learned_then_lost"]})
+        elif record["status"] in ("failed", "diverged", "interrupted"):
+            self.n_failed += 1
+            if kept:
+                self.failed.append(record["id"])
+
+    def row(self, label: str, settings: dict[str, Any]) -> dict[str, Any]:
+        """The cell as a capability row (:func:`capability_rows`)."""
+        config, final, accs = self.config, self.final, np.asarray(self.accuracies, dtype=float)
+        return {
+            "task": config["task"]["name"], "label": label, "settings": settings, "cell": cell_id(config),
+            "config": without_seed(config), "layers": config["model"].get("layers"),
+            "heads": config["model"].get("heads"), "model": config["model"]["name"],
+            "accuracy": float(accs.mean()) if len(accs) else None,
+            "accuracy_sd": float(accs.std(ddof=1)) if len(accs) > 1 else (0.0 if len(accs) else None),
+            "shows": "final",  # what "accuracy" is: the final evaluation (best_accuracy: the best log point's)
+            "best_accuracy": float(np.mean(self.bests)) if self.bests else None,
+            "lost": self.lost, "seeds": len(accs), "runs": [run["id"] for run in self.first],
+            "failed": self.failed, "n_runs": self.n_runs, "n_failed": self.n_failed, "statuses": dict(self.statuses),
+            "first": self.first, "chance": final.get("chance"),
+            "steps": int(self.steps / len(accs)) if len(accs) else None,
+            "eval_protocol": protocol_of(final), "eval_examples": final.get("eval_examples"),
+            "exhaustive": final.get("exhaustive"),
+        }
+
+
+def tally_cells(records: Iterable[dict[str, Any]], keep: int | None = None) -> dict[str, CellTally]:
+    """The trained runs of ``records`` counted into their cells (``depthlab.cells``), by cell key, in the order each
+    cell is first seen; ``keep`` as for :class:`CellTally`."""
+    cells: dict[str, CellTally] = {}
+    for order, record in enumerate(records):
+        if is_trained(record):
+            config = record["config"]
+            key = cell_key(config)
+            if key not in cells:
+                cells[key] = CellTally(config, keep)
+            cells[key].add(record, order)
+    return cells
+
+
+def cell_rows(cells: Iterable[CellTally]) -> list[dict[str, Any]]:
+    """The capability rows of counted cells, each labelled by its task and the fields in which it differs from the
+    other cells of its task besides the depth (:func:`capability_rows`)."""
+    cells = list(cells)
+    configs = [cell.config for cell in cells]
+    fields = variant_fields(configs, lambda c: c["task"]["name"], ignore=CELL_AXES)
+    return [cell.row(labelled(config["task"]["name"], config, distinguishing),
+                     field_values(config, distinguishing))
+            for cell, config, distinguishing in zip(cells, configs, fields, strict=True)]
+
+
 def capability_rows(store: Store, run_ids: list[str], records: list[dict[str, Any]] | None = None
                     ) -> list[dict[str, Any]]:
     """One row per cell (the runs whose configs differ only in the seed: ``depthlab.cells``), in the order the
@@ -54,41 +142,7 @@ def capability_rows(store: Store, run_ids: list[str], records: list[dict[str, An
     if records is None:
         by_id = {r["id"]: r for r in store.find_runs(ids=run_ids)}
         records = [by_id[i] for i in dict.fromkeys(run_ids) if i in by_id]
-    records = [r for r in records if is_trained(r)]
-    groups = group_cells(records)
-    configs = [runs[0]["config"] for runs in groups]
-    fields = variant_fields(configs, lambda c: c["task"]["name"], ignore=CELL_AXES)
-    rows = []
-    for runs, config, distinguishing in zip(groups, configs, fields, strict=True):
-        done = [r for r in runs if r["status"] == "done" and r["final"] and r["final"].get("accuracy") is not None]
-        accs = np.array([r["final"]["accuracy"] for r in done], dtype=float)
-        bests = [r["final"]["best"]["accuracy"] for r in done if r["final"].get("best")]
-        final = done[0]["final"] if done else {}
-        rows.append({
-            "task": config["task"]["name"],
-            "label": labelled(config["task"]["name"], config, distinguishing),
-            "settings": field_values(config, distinguishing),
-            "cell": cell_id(config),
-            "config": without_seed(config),
-            "layers": config["model"].get("layers"),
-            "heads": config["model"].get("heads"),
-            "model": config["model"]["name"],
-            "accuracy": float(accs.mean()) if len(accs) else None,
-            "accuracy_sd": float(accs.std(ddof=1)) if len(accs) > 1 else (0.0 if len(accs) else None),
-            "shows": "final",  # what "accuracy" is: the final evaluation (best_accuracy: the best log point's)
-            "best_accuracy": float(np.mean(bests)) if bests else None,
-            "lost": [{"run": r["id"], **r["final"]["learned_then_lost"]} for r in done
-                     if r["final"].get("learned_then_lost")],
-            "seeds": len(accs),
-            "runs": [r["id"] for r in runs],
-            "failed": [r["id"] for r in runs if r["status"] in ("failed", "diverged", "interrupted")],
-            "chance": final.get("chance"),
-            "steps": int(np.mean([r["final"]["steps"] for r in done])) if done else None,
-            "eval_protocol": protocol_of(final),
-            "eval_examples": final.get("eval_examples"),
-            "exhaustive": final.get("exhaustive"),
-        })
-    return rows
+    return cell_rows(tally_cells(records).values())
 
 
 def curves(store: Store, rows: list[dict[str, Any]]) -> dict[tuple[str, int], list[dict[str, list[float]]]]:
@@ -122,7 +176,11 @@ def capability_grids(store: Store, run_ids: list[str], records: list[dict[str, A
     ``cells``: a list of capability rows (:func:`capability_rows`) each with ``task_index`` and ``depth`` added.
     ``records`` as for :func:`capability_rows`.
     """
-    rows = capability_rows(store, run_ids, records)
+    return arrange_grids(capability_rows(store, run_ids, records))
+
+
+def arrange_grids(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Capability rows (:func:`capability_rows`, :func:`cell_rows`) as the heat maps of :func:`capability_grids`."""
     grids: dict[str, dict[str, Any]] = {}
     for row in rows:
         config = row["config"]

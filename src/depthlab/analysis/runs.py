@@ -5,12 +5,14 @@ for one run (R = 1), then loads the run's checkpoint (safetensors, never
 pickle; the optimizer state is dropped). ``attention_maps`` runs chosen examples through it with
 ``capture=True`` and returns every layer's and head's pattern with the tokens that label its axes.
 
-``select_runs`` reads the ``--runs`` filter of the commands that read the store (report, analyses).
+``select_runs`` (``iter_selected``: a page at a time) reads the ``--runs`` filter of the commands that read the
+store (report, analyses).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -236,16 +238,24 @@ def parse_filter(text: str | None) -> list[tuple[str, list[str]]]:
     return list(terms.items())
 
 
+def iter_selected(store: Store, text: str | None = None) -> Iterator[dict[str, Any]]:
+    """The store's runs matching the ``--runs`` filter (every run when it is empty), oldest first, read a page at a
+    time: what a report of 100,000 runs streams through (each run with its ``cell_text``: ``Store.iter_runs``)."""
+    terms = parse_filter(text)
+    for run in store.iter_runs(cells=True):
+        if all(_matches(run, field, values) for field, values in terms):
+            yield run
+
+
+def _matches(run: dict[str, Any], field: str, values: list[str]) -> bool:
+    if field == "id":
+        return any(run["id"].startswith(v) for v in values)
+    return (actual := _field(run, field)) is not _MISSING and any(_same(actual, v) for v in values)
+
+
 def select_runs(store: Store, text: str | None = None) -> list[dict[str, Any]]:
     """The store's runs matching the ``--runs`` filter (every run when it is empty), oldest first."""
-    terms = parse_filter(text)
-    runs = store.find_runs()
-    for field, values in terms:
-        if field == "id":
-            runs = [r for r in runs if any(r["id"].startswith(v) for v in values)]
-        else:
-            runs = [r for r in runs if (a := _field(r, field)) is not _MISSING and any(_same(a, v) for v in values)]
-    return runs
+    return list(iter_selected(store, text))
 
 
 def is_trained(record: dict[str, Any]) -> bool:

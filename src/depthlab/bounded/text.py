@@ -53,9 +53,10 @@ def json_depth(text: str | bytes) -> int:
 def parse_json(text: str | bytes, what: str, max_depth: int = MAX_DEPTH) -> Any:
     """The value of the JSON ``text``; a :class:`BoundError` naming ``what`` for text that is not JSON or that
     nests deeper than ``max_depth``."""
-    data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
-    opening = data.count(b"[") + data.count(b"{")  # the usual case: too few brackets to nest deeper than allowed
-    depth = json_depth(data) if opening > max_depth else 0
+    opening = text.count("[") + text.count("{") if isinstance(text, str) else text.count(b"[") + text.count(b"{")
+    depth = 0  # the usual case: too few brackets to nest deeper than allowed (not even encoded to be counted)
+    if opening > max_depth:
+        depth = json_depth(text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text)
     if depth > max_depth:
         raise BoundError(what, f"JSON nested {depth:,} levels deep, more than the {max_depth} allowed")
     try:

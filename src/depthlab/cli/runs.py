@@ -171,16 +171,29 @@ def _rows_from_store(db, ids: list[str] | None = None, status: str | None = None
     return [_run_row(r, fields) for r in records]
 
 
-def _run_row(record: dict[str, Any], fields: list[str]) -> dict[str, Any]:
+def _run_row(record: dict[str, Any], fields: list[str], cells: dict[str, tuple] | None = None) -> dict[str, Any]:
     """A run as a row of ``depthlab runs``: what every run has, its ``cell`` (``depthlab.cells``) and its
     ``settings``: the values of ``fields``, the config fields in which runs of one task, model and depth differ (a
-    learning rate, a width)."""
+    learning rate, a width). ``cells``: the cell and settings of each ``cell_text`` found so far (``Store.iter_runs``
+    with ``cells``), to find them once per cell."""
     from ..cells import cell_id, field_values
 
     config = record["config"] or {}
+    text = record.get("cell_text")
+    if cells is None or text is None:
+        cell, settings = cell_id(config), field_values(config, fields)
+    else:
+        if text not in cells:
+            if len(cells) >= CELLS_KEPT:  # a store whose every run is a cell of its own: memory stays bounded
+                cells.clear()
+            cells[text] = (cell_id(config), field_values(config, fields))
+        cell, settings = cells[text]
     return {"id": record["id"], "task": record["task"], "model": record["model"], "status": record["status"],
             "step": record["step"], "seed": config.get("seed"), "layers": (config.get("model") or {}).get("layers"),
-            "cell": cell_id(config), "settings": field_values(config, fields), "metrics": record["final"] or {}}
+            "cell": cell, "settings": settings, "metrics": record["final"] or {}}
+
+
+CELLS_KEPT = 10_000  # cells whose id and settings a listing keeps at once
 
 
 MIN_ID = 8  # characters of a run id shown at least (every command takes a unique prefix)
@@ -284,15 +297,18 @@ def _emit_list(key: str, items: Iterable[dict[str, Any]], **after: Any) -> None:
     (they are never all in memory)."""
     from ..store import to_jsonable
 
+    def page_text(page: list[dict[str, Any]]) -> str:  # a page of items at a time: one call, the same bytes
+        try:  # what the store gives is JSON already; only a NaN (a metric's) needs to_jsonable's walk
+            return json.dumps(page, allow_nan=False, default=str)[1:-1]
+        except ValueError:
+            return json.dumps(to_jsonable(page), allow_nan=False, default=str)[1:-1]
+
     separator = ""
     sys.stdout.write(f'{{"{key}": [')
-    for item in items:
-        try:  # what the store gives is JSON already; only a NaN (a metric's) needs to_jsonable's walk
-            text = json.dumps(item, allow_nan=False, default=str)
-        except ValueError:
-            text = json.dumps(to_jsonable(item), allow_nan=False, default=str)
-        sys.stdout.write(separator + text)
-        separator = ", "
+    for text in _pages(items, page_text, JSON_PAGE):
+        if text:
+            sys.stdout.write(separator + text)
+            separator = ", "
     sys.stdout.write("]" + "".join(f", {json.dumps(k)}: {json.dumps(v)}" for k, v in after.items()) + "}\n")
     sys.stdout.flush()
 
@@ -312,15 +328,16 @@ def _check_filters(db, status: str | None, task: str | None) -> None:
 
 TABLE_ROWS = 500  # runs the table shows at most unless --limit says otherwise: --json and --format give every run
 PAGE = 5000  # rows turned into a DataFrame at a time when a table is written
+JSON_PAGE = 500  # items --json encodes in one call (one call per item cost a second at 100,000 runs)
 
 
-def _pages(items: Iterable[Any], make: Callable[[list[Any]], Any]) -> Iterator[Any]:
-    """``make(chunk)`` for each chunk of :data:`PAGE` items (one for no items: a table has its header)."""
+def _pages(items: Iterable[Any], make: Callable[[list[Any]], Any], size: int = PAGE) -> Iterator[Any]:
+    """``make(chunk)`` for each chunk of ``size`` items (one for no items: a table has its header)."""
     chunk: list[Any] = []
     made = False
     for item in items:
         chunk.append(item)
-        if len(chunk) == PAGE:
+        if len(chunk) == size:
             yield make(chunk)
             chunk, made = [], True
     if chunk or not made:
@@ -355,8 +372,10 @@ def runs(store: StoreOpt = None, status: Annotated[str | None, typer.Option(help
     if json_out:
         fields = list_fields(db.cell_configs(status, task))
         # each run's metrics are its final ones: accuracy and loss of the final evaluation, with its best log point
-        _emit_list("runs", (_run_row(r, fields) for r in db.iter_runs(status, task, limit=limit or None,
-                                                                       offset=offset)), shows="final")
+        cells: dict[str, tuple] = {}
+        _emit_list("runs", (_run_row(r, fields, cells) for r in db.iter_runs(status, task, limit=limit or None,
+                                                                              offset=offset, cells=True)),
+                   shows="final")
         return
     shown = TABLE_ROWS if limit is None else limit or None
     records = list(db.iter_runs(status, task, limit=shown, offset=offset))

@@ -14,13 +14,16 @@ by adding one file there::
 
     @section("ablation", "Head ablations", order=40)
     def render(ctx: ReportContext) -> str | None:
-        rows = [r for r in ctx.runs if ...]         # ctx.store, ctx.runs: the store and the selected runs
+        rows = [r for r in ctx.detailed if ...]     # ctx.store, ctx.runs: the store and the selected runs
         if not rows:
             return None
         return ctx.figure(some_svg, "ablation", "what the figure shows")  # SVG and PNG buttons included
 
 A section escapes every text it writes (``depthlab.draw.svg.esc``; ``depthlab.draw.svg`` also draws heat
-maps and line charts), may put data for the page's script in ``ctx.data`` and inert HTML in
+maps and line charts), reads the selected runs through ``ctx.runs`` (streamed from the store at each pass: a store
+of 100,000 runs is never held), ``ctx.detailed`` (the few runs given detail of their own, held) or
+``ctx.reading`` (what one pass gathered: counts, statuses, each cell's numbers), may put data for the page's
+script in ``ctx.data`` and inert HTML in
 ``ctx.add_template``, shares work through ``ctx.cached`` and ``ctx.metrics``, and calls ``ctx.tick(what)`` per
 run it works through (the progress bar). Built-in orders: the gallery's seed pages 1-1.3 (``sections/gallery``:
 every figure ``depthlab reproduce`` drew into the store beside the seed's caption), capability 10, training curves
@@ -33,19 +36,23 @@ import datetime as _dt
 import importlib
 import pkgutil
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..analysis.runs import iter_selected
 from ..draw.svg import esc
 from ..errors import UserError
 from ..store import Store, atomic_write_bytes, reproductions, to_json
 from .assets import CSS, JS
+from .gather import Gathered, SelectedRuns, gather
 
 Progress = Callable[[str, int, int], None]  # (what is being done, units done, units in all)
 DETAILED_RUNS = 200  # runs given a row, curves and attention maps of their own; the others count in their cell
 CURVE_RUNS = 10  # runs of a cell whose curves a cell's figures draw
+TIP_RUNS = 12  # run ids (and accuracies) a cell's tooltip names; the rest are counted
+CELL_RUNS = max(CURVE_RUNS, TIP_RUNS)  # the first runs of each cell a report keeps the ids of
 
 CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data: blob:; "
        "base-uri 'none'; form-action 'none'")
@@ -101,42 +108,45 @@ class ReportContext:
     """What sections read and write while a report is built."""
 
     store: Store
-    runs: list[dict[str, Any]]  # the selected runs' store records (id, task, model, config, status, final, …)
+    runs: Iterable[dict[str, Any]]  # the selected runs' store records (id, task, model, config, status, final, …):
+    # in a report, read again from the store, a page at a time, each time they are iterated (``gather.SelectedRuns``)
     examples: int = 2  # attention examples per run
     filter: str | None = None
     data: dict[str, Any] = field(default_factory=dict)  # JSON for the page's script (sections may add keys)
     templates: list[str] = field(default_factory=list)
     tick: Callable[[str], None] = lambda what: None  # a section calls it once per run it works through
+    gathered: Gathered | None = None  # the runs read once (``report.gather``); read from ``runs`` when not given
     _metrics: dict[str, dict[str, dict[str, list]]] = field(default_factory=dict)
     _cache: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def reading(self) -> Gathered:
+        """The selected runs read once: their count and statuses, their cells' numbers, the detailed runs."""
+        if self.gathered is None:
+            self.gathered = gather(self.runs, DETAILED_RUNS, CELL_RUNS)
+        return self.gathered
 
     @property
     def run_ids(self) -> list[str]:
         return [r["id"] for r in self.runs]
 
     def run(self, run_id: str) -> dict[str, Any] | None:
-        by_id = self.cached("runs-by-id", lambda: {r["id"]: r for r in self.runs})
+        """A detailed run's store record (None for any other run: a store of 100,000 runs is not held)."""
+        by_id = self.cached("runs-by-id", lambda: {r["id"]: r for r in self.detailed})
         return by_id.get(run_id)
 
     @property
     def detailed(self) -> list[dict[str, Any]]:
         """The runs given a row, curves and attention maps of their own: every run, or where there are more than
         :data:`DETAILED_RUNS`, that many in their order: each cell's first run, then each cell's second, and so on
-        (``cells``, set by the sections that group runs into cells: lists of run ids)."""
-        return self.cached("detailed", lambda: self._detailed())
-
-    def _detailed(self) -> list[dict[str, Any]]:
-        if len(self.runs) <= DETAILED_RUNS:
-            return self.runs
-        rank = {run_id: i for cell in self._cache.get("cells", []) for i, run_id in enumerate(cell)}
-        chosen = {r["id"] for r in sorted(self.runs, key=lambda r: rank.get(r["id"], 0))[:DETAILED_RUNS]}
-        return [r for r in self.runs if r["id"] in chosen]
+        (``report.gather``)."""
+        return self.reading.detailed
 
     @property
     def left_out(self) -> int:
         """How many selected runs have no detail of their own (a store of 100,000 runs: all but
         :data:`DETAILED_RUNS`); they still count in their cell's numbers."""
-        return len(self.runs) - len(self.detailed)
+        return self.reading.count - len(self.detailed)
 
     def metrics(self, run_id: str) -> dict[str, dict[str, list]]:
         """``store.metric_columns(run_id)``, read once per report."""
@@ -183,10 +193,7 @@ def _version() -> str:
 
 
 def render_page(ctx: ReportContext, parts: list[tuple[Section, str]], title: str) -> str:
-    statuses: dict[str, int] = {}
-    for r in ctx.runs:
-        statuses[r["status"]] = statuses.get(r["status"], 0) + 1
-    counts = ", ".join(f"{n} {s}" for s, n in sorted(statuses.items()))
+    counts = ", ".join(f"{n} {s}" for s, n in sorted(ctx.reading.statuses.items()))
     now = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     nav = "".join(f'<a href="#sec-{esc(s.id)}">{esc(s.title)}</a>' for s, _ in parts)
     body = "".join(f'<section class="report-section" id="sec-{esc(s.id)}"><h2>{esc(s.title)}</h2>{html}</section>'
@@ -200,7 +207,7 @@ def render_page(ctx: ReportContext, parts: list[tuple[Section, str]], title: str
         f'<meta name="generator" content="depthlab {esc(_version())}">'
         f"<title>{esc(title)}</title><style>{CSS}</style></head><body>"
         f"<header><h1>{esc(title)}</h1>"
-        f"<p>store <code>{esc(ctx.store.root)}</code> · {len(ctx.runs)} runs{chosen} ({esc(counts)}) · "
+        f"<p>store <code>{esc(ctx.store.root)}</code> · {ctx.reading.count} runs{chosen} ({esc(counts)}) · "
         f"generated {esc(now)} by depthlab {esc(_version())}</p>"
         f"<p>Every run is named by its store id: <code>depthlab runs --store {esc(ctx.store.root)} --json</code> "
         "lists them.</p></header>"
@@ -218,18 +225,17 @@ def build_report(store: Store, out: str | Path, runs: str | None = None, example
 
     Returns ``{"report": path, "runs": n, "sections": [ids of the sections the page has]}``.
     """
-    from ..analysis.runs import select_runs
-
-    selected = select_runs(store, runs)
-    if not selected:
+    gathered = gather(iter_selected(store, runs), DETAILED_RUNS, CELL_RUNS)
+    if not gathered.count:
         if runs:
             raise UserError(f"--runs: no run in {store.root} matches {runs!r} (see `depthlab runs`)")
         if not reproductions(store.root):  # a preset without runs (seed003-widths) still has its figures
             raise UserError(f"--store: {store.root} has no runs yet; train some with `depthlab sweep` or "
                             "`depthlab reproduce` first")
     sections = load_sections()
-    ctx = ReportContext(store, selected, examples=examples, filter=runs)
-    total = min(len(selected), DETAILED_RUNS) + len(sections)  # the attention section works through each detailed run
+    ctx = ReportContext(store, SelectedRuns(store, runs, gathered.count), examples=examples, filter=runs,
+                        gathered=gathered)
+    total = len(gathered.detailed) + len(sections)  # the attention section works through each detailed run
     done = 0
 
     def tick(what: str) -> None:
@@ -251,4 +257,4 @@ def build_report(store: Store, out: str | Path, runs: str | None = None, example
         progress("writing", total, total)
     path = Path(out).expanduser().absolute()
     atomic_write_bytes(path, render_page(ctx, parts, title).encode("utf-8"))
-    return {"report": str(path), "runs": len(selected), "sections": [s.id for s, _ in parts]}
+    return {"report": str(path), "runs": gathered.count, "sections": [s.id for s, _ in parts]}

@@ -139,9 +139,68 @@ def connect(address: str | None = None, local_cpus: int | None = None) -> bool:
     else:
         for variable, value in LOCAL_WORKER_NICENESS.items():
             os.environ.setdefault(variable, value)
-        ray.init(num_cpus=local_cpus or _available_cpus(), include_dashboard=False, **options,
-                 **_object_store())
+        store = _object_store()
+        _check_address_space(store.get("object_store_memory"))
+        try:
+            ray.init(num_cpus=local_cpus or _available_cpus(), include_dashboard=False, **options, **store)
+        except Exception as e:  # Ray raises a bare Exception when its raylet never registers
+            if "timed out during startup" not in str(e):
+                raise
+            raise UserError(f"--executor ray: Ray's local instance did not start (its raylet never registered); a "
+                            f"raylet that cannot map its object store memory (shared memory too small, or an "
+                            f"address-space limit such as `ulimit -v`) dies at once: set {OBJECT_STORE_ENV}=512MiB "
+                            f"(the local instance's object store size)") from None
     return True
+
+
+RAY_PROCESS_GROWTH = 1536 << 20  # what ray.init adds to a process beside the object store (measured: 1.2 GB of
+# threads and their malloc arenas in the driver; a worker is alike)
+
+
+def _check_address_space(object_store: int | None) -> None:
+    """A UserError, before Ray starts, when the object store a local instance would map (``object_store``, else
+    Ray's default: 30 % of the available memory) does not fit this process's address-space limit (``ulimit -v``,
+    which Ray's processes inherit) beside what the process holds and what Ray adds to it: every Ray process maps the
+    store (a raylet that cannot died at once and ``ray.init`` waited 30 s for it; a driver that cannot aborted)."""
+    try:
+        import resource
+    except ImportError:  # not a POSIX system: no such limit
+        return
+    limit, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if limit == resource.RLIM_INFINITY:
+        return
+    size = object_store if object_store is not None else _default_object_store()
+    held = _address_space_in_use()
+    if size is not None and size + held + RAY_PROCESS_GROWTH > limit:
+        from ..memory import format_bytes
+
+        raise UserError(f"--executor ray: the object store memory Ray would map ({format_bytes(size)}), which every "
+                        f"Ray process maps beside its own {format_bytes(held + RAY_PROCESS_GROWTH)}, does not fit "
+                        f"this process's address-space limit of {format_bytes(limit)} (`ulimit -v`), so no Ray "
+                        f"worker could start: set {OBJECT_STORE_ENV}=512MiB (the local instance's object store "
+                        f"size), or raise the limit")
+
+
+def _address_space_in_use() -> int:
+    """This process's virtual memory size in bytes (``VmSize``; 0 where ``/proc`` does not say)."""
+    try:
+        with open("/proc/self/status") as status:
+            line = next((line for line in status if line.startswith("VmSize:")), "")
+    except OSError:
+        return 0
+    parts = line.split()
+    return int(parts[1]) << 10 if len(parts) == 3 and parts[1].isdigit() else 0
+
+
+def _default_object_store() -> int | None:
+    """The object store size a local instance takes when none is given, as Ray computes it (None where this Ray's
+    private helpers differ: then ``ray.init``'s own failure is named instead)."""
+    try:
+        from ray._private import utils
+
+        return int(utils.resolve_object_store_memory(utils.estimate_available_memory()))
+    except (ImportError, AttributeError, TypeError, ValueError):
+        return None
 
 
 def _object_store() -> dict[str, int]:

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from depthlab.tasks.counter import Counter
 
 ENUMERATE_LIMIT = 2_000_000
-MAX_VOCABULARY = 1 << 20  # input tokens (or input width): GPT-2 has 50,257; beyond this a task is a mistake
+MAX_VOCABULARY = 1 << 20  # input tokens (or input width), and labels: GPT-2 has 50,257; beyond this a task is a mistake
 MAX_SEQ_LEN = 1 << 16  # input positions (the seeds' longest: 801)
 
 SIGN = "→"  # the response sign r / the CLS token, as written in seed 001 Table 1
@@ -213,8 +213,9 @@ def task_title(name: str) -> str:
 # --- helpers shared by tasks ----------------------------------------------------------------------------
 
 def check_shapes(task: Task) -> None:
-    """ValueError naming the limit when the task's vocabulary (or input width) or sequence length is beyond
-    ``MAX_VOCABULARY`` / ``MAX_SEQ_LEN``: names, one-hot rows and embeddings of that many would not fit."""
+    """ValueError naming the limit when the task's vocabulary (or input width), its labels or its sequence length
+    are beyond ``MAX_VOCABULARY`` / ``MAX_SEQ_LEN``: names, one-hot rows, embeddings and logits of that many would
+    not fit."""
     width, what = (task.input_dim, "an input width") if task.input_dim else (task.vocab_size, "a vocabulary")
     for size, limit, said in ((width, MAX_VOCABULARY, f"{what} of {width:,}"),
                               (task.seq_len, MAX_SEQ_LEN, f"sequences of {task.seq_len:,} positions")):
@@ -224,6 +225,9 @@ def check_shapes(task: Task) -> None:
             raise ValueError(f"{task.name} has {said}: no model can take it")
     if task.n_outputs < 1:
         raise ValueError(f"{task.name} has no labels (outputs): no model can be trained on it")
+    if task.n_outputs > MAX_VOCABULARY:  # the output layer, and each evaluated example's logits, grow with them
+        raise ValueError(f"{largest_field(task)} gives {task.n_outputs:,} labels (outputs), more than the "
+                         f"{MAX_VOCABULARY:,} allowed")
 
 
 def largest_field(task: Task) -> str:

@@ -15,6 +15,12 @@ EVAL_ELEMENTS = 2**27  # … and about this many activations (runs × examples �
 # with many runs would otherwise ask for tens of GB at once (attention scores grow with n²)
 
 
+def eval_chunk(runs: int, seq_len: int) -> int:
+    """How many examples one evaluation forward pass of ``runs`` runs takes at a time, for sequences of
+    ``seq_len`` positions."""
+    return max(1, min(EVAL_CHUNK, EVAL_ELEMENTS // (runs * seq_len * max(seq_len, 64))))
+
+
 def read_tensor(task: Task, device: torch.device | None = None) -> torch.Tensor | None:
     """The positions the task's loss reads, as the models' ``read`` argument (None: the last position only)."""
     positions = task.read_positions
@@ -36,8 +42,7 @@ def evaluate(model: torch.nn.Module, task: Task, batch: Batch, autocast: Any,
     correct = torch.zeros(runs, device=device)
     partial_fn = getattr(task, "partial_losses", None) if partial is not None else None
     inputs, targets = torch.from_numpy(batch.inputs), torch.from_numpy(batch.targets)
-    n = inputs.shape[1]
-    chunk = max(1, min(EVAL_CHUNK, EVAL_ELEMENTS // (runs * n * max(n, 64))))
+    chunk = eval_chunk(runs, inputs.shape[1])
     sums: dict[str, torch.Tensor] = {}
     for start in range(0, len(batch), chunk):
         x, y = (to_device(t[start : start + chunk], device) for t in (inputs, targets))

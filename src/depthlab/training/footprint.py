@@ -29,30 +29,47 @@ from ..tasks import Task
 from ..tasks.sizes import SampleCost, sample_cost
 from .data import CHUNK_EXAMPLES, EXHAUSTIVE_EVAL_LIMIT, PREFETCH_BYTES, SAMPLED_EVAL_EXAMPLES
 from .device import gpu_free_for, trains_on_gpu
+from .evaluate import eval_chunk
 
 FLOAT = 4  # bytes of a float32: weights, gradients, optimizer states and activations
-ON_DEVICE = frozenset({"parameters and optimizer", "activations", "scan", "model buffers"})  # the rest: the host's
+EVAL_PASS = "evaluation pass"
+# the parts that live on a GPU when the group trains there; the rest are the host's
+ON_DEVICE = frozenset({"parameters and optimizer", "activations", "scan", "model buffers", EVAL_PASS})
 _MODEL_SIZES: dict[tuple[str, str, str], ModelSize] = {}
 
 
 @dataclass(frozen=True)
 class Footprint:
-    """Bytes by part: ``per_run`` for each run of the group, ``shared`` once."""
+    """Bytes by part: ``per_run`` for each run of the group, ``shared`` once, and the evaluation pass:
+    ``eval_example`` bytes per example and run, for as many examples at once as ``evaluate.eval_chunk`` takes
+    for the group (fewer for more runs or longer sequences of ``seq_len`` positions)."""
 
     per_run: dict[str, int]
     shared: dict[str, int]
+    eval_example: int = 0
+    seq_len: int = 1
+
+    def parts(self, runs: int) -> dict[str, int]:
+        """Bytes by part for a group of ``runs`` runs."""
+        evaluation = runs * eval_chunk(runs, self.seq_len) * self.eval_example
+        return {**{k: v * runs for k, v in self.per_run.items()}, **self.shared, EVAL_PASS: evaluation}
 
     def total(self, runs: int) -> int:
-        return runs * sum(self.per_run.values()) + sum(self.shared.values())
+        return sum(self.parts(runs).values())
 
     def runs_that_fit(self, budget: int) -> int:
         """The most runs whose group stays within ``budget`` bytes (0: not even one)."""
-        return max(budget - sum(self.shared.values()), 0) // max(sum(self.per_run.values()), 1)
+        low, high = 0, max(budget - sum(self.shared.values()), 0) // max(sum(self.per_run.values()), 1)
+        while low < high:  # the evaluation pass grows with the runs until its chunk shrinks: searched
+            middle = (low + high + 1) // 2
+            low, high = (middle, high) if self.total(middle) <= budget else (low, middle - 1)
+        return low
 
     def only(self, parts: frozenset[str], keep: bool = True) -> Footprint:
         """The footprint of the parts named in ``parts`` (or of the others, ``keep=False``)."""
         return Footprint({k: v for k, v in self.per_run.items() if (k in parts) == keep},
-                         {k: v for k, v in self.shared.items() if (k in parts) == keep})
+                         {k: v for k, v in self.shared.items() if (k in parts) == keep},
+                         self.eval_example if (EVAL_PASS in parts) == keep else 0, self.seq_len)
 
 
 def _model_size(config: RunConfig) -> ModelSize:
@@ -93,7 +110,9 @@ def footprint(config: RunConfig) -> Footprint:
         per_run={"parameters and optimizer": size.parameters * FLOAT * (2 + states),
                  "activations": activations * FLOAT, **scan, "training data": (held + 1) * chunk * cost.kept},
         shared={"model buffers": size.buffers * FLOAT, "sampling": held * cost.bytes(chunk),
-                "evaluation set": evaluation.bytes(_eval_examples(config))})
+                "evaluation set": evaluation.bytes(_eval_examples(config))},
+        # a layer's residual stream, and the logits with their log-softmax (a task of 3,000,000 labels: 98 GB)
+        eval_example=(task.seq_len * size.width + 2 * read * task.n_outputs) * FLOAT, seq_len=task.seq_len)
 
 
 def check_group(configs: list[RunConfig]) -> None:
@@ -113,7 +132,7 @@ def check_runs(config: RunConfig, runs: int, fix: str | None = None) -> None:
     gpu = trains_on_gpu(config.train.device)
     host = fp.only(ON_DEVICE, keep=False) if gpu else fp
     if host.total(runs) > budget:
-        need, detail, what_to_do = _shortfall(host, runs, budget, fix)
+        need, detail, what_to_do = _shortfall(config, host, runs, budget, fix)
         require_memory(need, _group(config, runs), what_to_do, detail)
     on_gpu = gpu_free_for(config.train.device)
     if on_gpu is None:
@@ -121,7 +140,7 @@ def check_runs(config: RunConfig, runs: int, fix: str | None = None) -> None:
     where, free = on_gpu
     device = fp.only(ON_DEVICE)
     if device.total(runs) > free:
-        need, detail, what_to_do = _shortfall(device, runs, free, fix)
+        need, detail, what_to_do = _shortfall(config, device, runs, free, fix)
         raise ResourceError(f"{_group(config, runs)} needs about {format_bytes(need)} on {where} ({detail}), more "
                             f"than the {format_bytes(free)} free there; {what_to_do}")
 
@@ -131,11 +150,15 @@ def _group(config: RunConfig, runs: int) -> str:
     return f"memory: {group} of {config.task.name} with {config.model.name}"
 
 
-def _shortfall(fp: Footprint, runs: int, budget: int, fix: str | None) -> tuple[int, str, str]:
+def _shortfall(config: RunConfig, fp: Footprint, runs: int, budget: int, fix: str | None) -> tuple[int, str, str]:
     """For ``runs`` runs of ``fp`` over ``budget`` bytes: the bytes they need, the parts of 1 MiB or more, and
     what to lower (``fix``, or by default the sizes or the group's size), with how many runs would fit."""
-    parts = {k: v * runs for k, v in fp.per_run.items()} | fp.shared
+    parts, need = fp.parts(runs), fp.total(runs)
     detail = ", ".join(f"{k} {format_bytes(v)}" for k, v in parts.items() if v >= 1 << 20)
+    if parts[EVAL_PASS] > need // 2:  # the task's outputs: said by their number, the field that sets them
+        examples = eval_chunk(runs, fp.seq_len)
+        detail += (f"; the evaluation pass scores {examples:,} examples at a time against "
+                   f"{config.task.n_outputs:,} outputs of {config.task.name}")
     fits = fp.runs_that_fit(budget)
     if fix is None:
         fix = "lower the task's or the model's sizes (or train.batch_size)"
@@ -143,7 +166,7 @@ def _shortfall(fp: Footprint, runs: int, budget: int, fix: str | None) -> tuple[
             fix += f", or train at most {fits} runs at once (--group-size {fits})"
     elif 1 <= fits < runs:
         fix += f" (at most {fits} fit)"
-    return fp.total(runs), detail, fix
+    return need, detail, fix
 
 
 def check_sample(task: Task, n: int, split: str, what: str, fix: str, per_example: int = 0) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...analysis.capability import capability_grids, depth_label
+from ...analysis.capability import arrange_grids, depth_label
 from ...cells import field_values, list_fields
 from ...draw.curves import cell_curves_svg, run_curves_svg
 from ...draw.depth import depth_curves_svg
@@ -21,12 +21,11 @@ def grids(ctx: ReportContext) -> list[dict[str, Any]]:
     """The capability grids of the selected runs, each cell with its ``key``; runs know their cell."""
 
     def compute() -> list[dict[str, Any]]:
-        out = capability_grids(ctx.store, ctx.run_ids, ctx.runs)
+        out = arrange_grids(ctx.reading.cells)
         for g, grid in enumerate(out):
             for cell in grid["cells"]:
                 cell["key"] = cell_key(g, cell["task_index"], cell["depth"])
                 cell["task_label"] = grid["tasks"][cell["task_index"]]["label"]
-        ctx.cached("cells", lambda: [cell["runs"] for grid in out for cell in grid["cells"]])
         return out
 
     return ctx.cached("grids", compute)
@@ -72,8 +71,9 @@ def _ensure_runs(ctx: ReportContext) -> dict[str, dict[str, Any]]:
 
 
 def report_fields(ctx: ReportContext) -> list[str]:
-    """The config fields the runs table shows (``depthlab.cells.list_fields`` of every selected run), once."""
-    return ctx.cached("fields", lambda: list_fields([record["config"] or {} for record in ctx.runs]))
+    """The config fields the runs table shows (``depthlab.cells.list_fields`` of every selected run: of one config
+    per cell, which is the same), once."""
+    return ctx.cached("fields", lambda: list_fields(ctx.reading.configs))
 
 
 def ensure_runs(ctx: ReportContext) -> dict[str, dict[str, Any]]:
@@ -95,7 +95,7 @@ def cell_curves_figure(ctx: ReportContext, cell: dict[str, Any], title: str) -> 
     curves = {k: v for k, v in curves.items() if v}
     if not curves:
         return None
-    seeds = {run_id: (ctx.run(run_id) or {}).get("config", {}).get("seed") for run_id in curves}
+    seeds = {run["id"]: run["seed"] for run in cell["first"] if run["id"] in curves}
     return ctx.figure(cell_curves_svg(curves, seeds, cell.get("chance"), title), f"curves-{title}",
                       f"{title}: eval accuracy and loss of each seed (thin), their mean (thick) and the band from the "
                       f"lowest to the highest seed{curves_note(cell)}")
@@ -108,8 +108,8 @@ def curve_runs(cell: dict[str, Any]) -> list[str]:
 
 
 def curves_note(cell: dict[str, Any]) -> str:
-    left = len(cell["runs"]) - CURVE_RUNS
-    return f" (the first {CURVE_RUNS} of its {len(cell['runs']):,} runs; {left:,} not drawn)" if left > 0 else ""
+    left = cell["n_runs"] - CURVE_RUNS
+    return f" (the first {CURVE_RUNS} of its {cell['n_runs']:,} runs; {left:,} not drawn)" if left > 0 else ""
 
 
 def depth_curves_figure(ctx: ReportContext, grid: dict[str, Any], title: str) -> str:

@@ -66,7 +66,7 @@ def unloaded_note(task: str | None) -> str:
 def render(ctx: ReportContext) -> str | None:
     compute_attention(ctx)
     runs = ctx.data["runs"]
-    unloaded = sorted({record["task"] for record in ctx.runs  # detailed runs only: a large store details some
+    unloaded = sorted({record["task"] for record in ctx.detailed
                        if runs.get(record["id"], {}).get("attention", {}).get("unloaded")})
     notes = [f'<p class="muted attention-note">{esc(unloaded_note(task))}</p>' for task in unloaded]
     if not any(r.get("attention", {}).get("examples") for r in runs.values()):

@@ -5,18 +5,15 @@ from __future__ import annotations
 
 from ...analysis.capability import depth_label
 from ...draw.svg import NEAR_CHANCE, Cell, esc, fmt, heatmap_svg
-from ..html import ReportContext, section
+from ..html import TIP_RUNS, ReportContext, section
 from ._common import accuracy_text, cell_curves_figure, ensure_runs, grids, model_summary
 
-TIP_RUNS = 12  # run ids (and accuracies) a cell's tooltip names; the rest are counted
 
-
-def _tip(cell: dict, ctx: ReportContext) -> str:
+def _tip(cell: dict) -> str:
     lines = [f"{cell['task_label']} × {depth_label(cell['depth'])}"]
-    records = [ctx.run(r) or {} for r in cell["runs"]]
-    more = f", … {len(records) - TIP_RUNS:,} more" if len(records) > TIP_RUNS else ""
+    more = f", … {cell['n_runs'] - TIP_RUNS:,} more" if cell["n_runs"] > TIP_RUNS else ""
     if cell["accuracy"] is not None:
-        accuracies = [(r.get("final") or {}).get("accuracy") for r in records[:TIP_RUNS]]
+        accuracies = [run["accuracy"] for run in cell["first"][:TIP_RUNS]]
         each = ", ".join(fmt(a) for a in accuracies if a is not None) + more
         sd = f" ± {fmt(cell['accuracy_sd'])}" if cell["seeds"] > 1 else ""
         lines.append(f"accuracy {fmt(cell['accuracy'])}{sd} over {cell['seeds']} seed"
@@ -25,9 +22,7 @@ def _tip(cell: dict, ctx: ReportContext) -> str:
         lines.append("no finished run")
     if cell["chance"] is not None:
         lines.append(f"chance {fmt(cell['chance'])}")
-    statuses: dict[str, int] = {}
-    for r in records:
-        statuses[r.get("status")] = statuses.get(r.get("status"), 0) + 1
+    statuses = cell["statuses"]
     if set(statuses) != {"done"}:
         lines.append("status: " + ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())))
     lines.append("runs: " + " ".join(cell["runs"][:TIP_RUNS]) + more)
@@ -51,10 +46,10 @@ def render(ctx: ReportContext) -> str | None:
         cols = [depth_label(d) for d in grid["depths"]]
         cells = []
         for cell in grid["cells"]:
-            tip = _tip(cell, ctx)
+            tip = _tip(cell)
             text = accuracy_text(cell)
             if cell["accuracy"] is None:
-                text = "failed" if cell["failed"] and len(cell["failed"]) == len(cell["runs"]) else "no result"
+                text = "failed" if cell["n_failed"] and cell["n_failed"] == cell["n_runs"] else "no result"
             cells.append(Cell(
                 row=cell["task_index"], col=grid["depths"].index(cell["depth"]), value=cell["accuracy"],
                 text=text, tip=tip, href=f"#cell={cell['key']}", key=cell["key"], chance=cell["chance"],
@@ -64,13 +59,13 @@ def render(ctx: ReportContext) -> str | None:
             title = f"{cell['task_label']} × {depth_label(cell['depth'])}"
             task = grid["tasks"][cell["task_index"]]
             summary = (f"Accuracy {accuracy_text(cell, seeds=False)} over {cell['seeds']} finished of "
-                       f"{len(cell['runs'])} runs "
+                       f"{cell['n_runs']} runs "
                        f"(chance {fmt(cell['chance'])}); evaluated on {task['eval_protocol'] or '?'}; "
                        f"model {model_summary(grid['model'])}; "
                        f"{cell['steps'] if cell['steps'] is not None else '?'} steps.")
             detailed = [r for r in cell["runs"] if r in runs]
             cells_data[cell["key"]] = {"title": title, "summary": summary, "runs": detailed,
-                                       "more": len(cell["runs"]) - len(detailed), "accuracy": cell["accuracy"],
+                                       "more": cell["n_runs"] - len(detailed), "accuracy": cell["accuracy"],
                                        "chance": cell["chance"]}
             figure = cell_curves_figure(ctx, cell, title)
             if figure:

@@ -20,7 +20,7 @@ def render(ctx: ReportContext) -> str | None:
         figures.append(depth_curves_figure(ctx, grid, title))
     if not figures:
         return None
-    most = max(len(c["runs"]) for grid in all_grids for c in grid["cells"])
+    most = max(c["n_runs"] for grid in all_grids for c in grid["cells"])
     bound = (f" A cell of more than {CURVE_RUNS} runs is drawn from its first {CURVE_RUNS} (the largest has "
              f"{most:,}); its accuracy in the heat map is over every run." if most > CURVE_RUNS else "")
     return ('<p class="legend">A column per task: eval accuracy above, eval loss below (log scale), a line per '

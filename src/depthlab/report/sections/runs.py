@@ -12,7 +12,7 @@ from ._common import ensure_runs, report_fields
 
 @section("runs", "Runs", order=90)
 def render(ctx: ReportContext) -> str | None:
-    if not ctx.runs:
+    if not ctx.reading.count:
         return None
     data = ensure_runs(ctx)
     fields = report_fields(ctx)
@@ -38,7 +38,7 @@ def render(ctx: ReportContext) -> str | None:
             f"<td>{esc(note)}</td></tr>")
     varying = (f" Beside the seed, runs of one task and depth differ in: {esc(', '.join(fields))}." if fields
                else "")
-    listed = (f"{len(rows):,} of {len(ctx.runs):,} runs: each cell's first run, then each cell's second, and so "
+    listed = (f"{len(rows):,} of {ctx.reading.count:,} runs: each cell's first run, then each cell's second, and so "
               f"on; the other {ctx.left_out:,} count in their cells' numbers above and are listed by <code>depthlab "
               f"runs --json</code>." if ctx.left_out else f"{len(rows)} runs.")
     return (f'<p class="legend">{listed}{varying} <code>depthlab runs --store {esc(ctx.store.root)}</code> '
