@@ -84,4 +84,7 @@ def _thirds(grad: torch.Tensor | None, heads: int, d_head: int) -> tuple[torch.T
         stride = (grad.stride(0), 3 * d_head * step, grad.stride(1), step)
     else:  # a bias's [R, heads · 3 · d_head]
         size, stride = (grad.shape[0], heads, d_head), (grad.stride(0), 3 * d_head * step, step)
-    return tuple(grad.as_strided(size, stride, grad.storage_offset() + part * d_head * step) for part in range(3))
+    # a product's or a sum's fresh result: its storage starts at the tensor (no offset to add, none for TorchDynamo
+    # to trace: storage_offset() breaks a compiled graph)
+    q, k, v = [grad.as_strided(size, stride, part * d_head * step) for part in range(3)]
+    return q, k, v
