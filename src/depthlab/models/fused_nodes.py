@@ -1,11 +1,14 @@
-"""LayerNorm with each run's own gain and bias, as one autograd node (issue 45 item 5: fewer operations a step).
+"""Parts of the models as one autograd node each, with hand-written backwards (issue 45 item 5: fewer operations a
+step); each equals autograd's own composition bit for bit, values and gradients (``tests/test_fused_nodes.py``).
 
-``LN(x) ⊙ w + b`` over the last axis, with ``w`` and ``b`` [R, d] (one row per run), what
+:class:`RunLayerNorm`: ``LN(x) ⊙ w + b`` over the last axis, with ``w`` and ``b`` [R, d] (one row per run), what
 ``torch.addcmul(b, F.layer_norm(x, (d,)), w)`` computes, with the same kernels in the same order: forward
 ``native_layer_norm`` then ``addcmul``; backward the products and sums autograd's ``AddcmulBackward0`` makes and
-``native_layer_norm_backward``, so values and gradients are equal bit for bit (``tests/test_layer_norm.py``). Written
-out because autograd builds that from nine nodes (the per-run views of ``w`` and ``b``, the broadcast sums, the
-layer norm, the affine map): about 30 operations for each LayerNorm of a step, where this takes 10.
+``native_layer_norm_backward``. Autograd builds that from four nodes (the per-run views of ``w`` and ``b``, the layer
+norm, the affine map and its broadcast sums): 12 operations fewer for each LayerNorm of a step (about 23 of about 35
+left). :class:`HeadsProjection`: the transformer's q, k and v in one product.
+
+Both are used where autocast is off (autocast casts the products' operands, which autograd's nodes record).
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ class HeadsProjection(torch.autograd.Function):
 
     The products autograd's ``BaddbmmBackward0`` makes, on the same operands (the side-by-side weight is built once,
     in the forward); without the nodes that concatenate, transpose and reshape the six parameters (and undo it in
-    the backward): 16 operations fewer for each attention layer of a step."""
+    the backward): 17 operations fewer for each attention layer of a step."""
 
     @staticmethod
     def forward(ctx, rows: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor,
