@@ -1,9 +1,11 @@
-"""The per-run LayerNorm as one autograd node equals autograd's own composition, bit for bit (issue 45 item 5)."""
+"""Hand-written model parts equal what they replace, bit for bit (issue 45 item 5): the per-run LayerNorm and the q/k/v
+projection as single autograd nodes, and the one-head last layer's broadcasts."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+from depthlab.models.attention_kernels import weighted_keys
 from depthlab.models.fused_nodes import HeadsProjection, RunLayerNorm
 
 
@@ -64,3 +66,14 @@ def test_heads_projection_equals_autograds_composition_bit_for_bit(with_bias, he
         results.append([out.detach(), *(t.grad for t in inputs)])
     for expected, got in zip(*results, strict=True):
         assert torch.equal(expected, got)
+
+
+def test_one_heads_weighted_keys_equal_the_broadcast_over_added_axes_bit_for_bit():
+    """The last layer's one-head shortcut (no added axes) makes the same products and the same sum."""
+    g = torch.Generator().manual_seed(3)
+    weights = torch.relu(torch.randn(64, 11, 1, generator=g))
+    keys = torch.randn(64, 12, 28, generator=g)[:, 1:]  # a view, as the layer's keys are
+    general = (weights.unsqueeze(-1) * keys.unsqueeze(2)).sum(1)
+    assert torch.equal(weighted_keys(weights, keys), general)
+    heads = torch.relu(torch.randn(64, 11, 3, generator=g))
+    assert torch.equal(weighted_keys(heads, keys), (heads.unsqueeze(-1) * keys.unsqueeze(2)).sum(1))
