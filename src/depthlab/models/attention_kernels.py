@@ -25,6 +25,16 @@ def stacked_heads(w: torch.Tensor) -> torch.Tensor:
     return w.view(runs, width, e) if heads == 1 else w.transpose(1, 2).reshape(runs, width, heads * e)
 
 
+def weighted_keys(weights: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """Σ_k weights[:, k, i] keys[:, k] for every head i: ``weights`` [R·B, n, heads], ``keys`` [R·B, n, d'] ->
+    [R·B, heads, d'], as a broadcast product and a sum over keys (several times faster than a batched product of
+    that shape on a CPU). With one head the weights broadcast as they are: the same products and the same sum,
+    without the two added axes (four operations fewer in a step's forward and backward)."""
+    if weights.shape[-1] == 1:
+        return (weights * keys).sum(1, keepdim=True)
+    return (weights.unsqueeze(-1) * keys.unsqueeze(2)).sum(1)
+
+
 def full_layer(h: torch.Tensor, w_qk: torch.Tensor, w_v: torch.Tensor, softmax: bool) -> torch.Tensor:
     """H + (1/m) Σ_i σ(H W_QK,i Hᵀ) H W_V,i for every position (seed 001 eq. 2), [R, B, n, d'], as four
     batched products on views (the 1/m applied to the product's result): what a layer computes when no hook
@@ -68,7 +78,7 @@ class LastQueryAttention(torch.autograd.Function):
         queries = torch.bmm(x, w_q).view(runs * batch, heads, width)  # [R·B, heads, d']
         scores = torch.bmm(keys, queries.transpose(1, 2))  # [R·B, n, heads]
         pattern = scores.softmax(1) if softmax else torch.relu(scores)
-        mixed = (pattern.unsqueeze(-1) * keys.unsqueeze(2)).sum(1).view(runs, batch, heads * width)
+        mixed = weighted_keys(pattern, keys).view(runs, batch, heads * width)
         w_o = w_v.view(runs, heads * width, width)
         ctx.save_for_backward(keys, x, w_q, w_o, queries, scores, pattern, mixed)
         ctx.softmax = softmax
@@ -91,7 +101,7 @@ class LastQueryAttention(torch.autograd.Function):
             grad_scores = pattern * (grad_pattern - (pattern * grad_pattern).sum(1, keepdim=True))
         else:
             grad_scores = torch.ops.aten.threshold_backward(grad_pattern, scores, 0)  # ReLU's: zero where scores <= 0
-        grad_queries = (grad_scores.unsqueeze(-1) * keys.unsqueeze(2)).sum(1)  # [R·B, heads, d']
+        grad_queries = weighted_keys(grad_scores, keys)  # [R·B, heads, d']
         flat_queries = grad_queries.view(runs, batch, heads * width)
         grad_w_qk = torch.bmm(x.transpose(1, 2), flat_queries).view(runs, width, heads, width).transpose(1, 2)
         # H's gradient: every key's share of the pattern and the scores, all heads at once, in one tensor

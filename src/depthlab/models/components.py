@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from .factored import Circuits
+from .fused_nodes import HeadsProjection, RunLayerNorm
 from .hooks import HookPoint
 
 
@@ -131,7 +132,9 @@ class LayerNorm(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.rms:
             return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * bias(self.w, x)
-        return torch.addcmul(bias(self.b, x), F.layer_norm(x, x.shape[-1:]), bias(self.w, x))
+        if torch.is_autocast_enabled(x.device.type):  # autocast's own casting rules for layer_norm apply
+            return torch.addcmul(bias(self.b, x), F.layer_norm(x, x.shape[-1:]), bias(self.w, x))
+        return RunLayerNorm.apply(x, self.w, self.b)  # the same, as one autograd node (models.fused_nodes)
 
 
 class MLP(torch.nn.Module):
@@ -217,13 +220,14 @@ class HeadProjections(Circuits, torch.nn.Module):
         side (and their biases), what attention kernels take; no hook sees them."""
         runs, batch, n, d = x.shape
         heads, d_head = self.W_Q.shape[1], self.W_Q.shape[-1]
-        w = torch.cat((self.W_Q, self.W_K, self.W_V), dim=-1).transpose(1, 2).reshape(runs, d, heads * 3 * d_head)
         rows = x.reshape(runs, batch * n, d)
-        if self.with_bias:
-            b = torch.cat((self.b_Q, self.b_K, self.b_V), dim=-1).view(runs, 1, heads * 3 * d_head)
-            qkv = torch.baddbmm(b, rows, w)
-        else:
-            qkv = torch.bmm(rows, w)
+        biases = (self.b_Q, self.b_K, self.b_V) if self.with_bias else (None, None, None)
+        if torch.is_autocast_enabled(x.device.type):  # autocast casts the products' operands: autograd's nodes
+            w = torch.cat((self.W_Q, self.W_K, self.W_V), dim=-1).transpose(1, 2).reshape(runs, d, -1)
+            b = torch.cat(biases, dim=-1).view(runs, 1, -1) if self.with_bias else None
+            qkv = torch.bmm(rows, w) if b is None else torch.baddbmm(b, rows, w)
+        else:  # the same products as one autograd node (models.fused_nodes)
+            qkv = HeadsProjection.apply(rows, self.W_Q, self.W_K, self.W_V, *biases)
         return qkv.view(runs * batch, n, heads, 3 * d_head).transpose(1, 2).split(d_head, dim=-1)
 
     def fused_output(self, z: torch.Tensor, like: torch.Tensor) -> torch.Tensor:

@@ -140,8 +140,9 @@ class Group:
         # every process's first step) and check its shape symbolically at each step.
         losses.sum().backward()
         self.opt.step()
-        self.tally(losses.detach(), outputs.detach(), y)
+        self.tally(losses, outputs, y)
 
+    @torch.no_grad()  # the sums are no part of the graph (two detach() calls were two operations a step)
     def tally(self, losses: torch.Tensor, outputs: torch.Tensor, y: torch.Tensor) -> None:
         """Add each run's summed loss (mean × batch) and hits to its sums (float64, on the device)."""
         self.loss_sums.add_(losses, alpha=self.train.batch_size)  # in float64: exact
