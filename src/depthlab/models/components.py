@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from .factored import Circuits
-from .fused_nodes import HeadsProjection, RunLayerNorm
+from .fused_nodes import HeadsProjection, RunLayerNorm, side_by_side, side_by_side_bias
 from .hooks import HookPoint
 
 
@@ -223,9 +223,8 @@ class HeadProjections(Circuits, torch.nn.Module):
         rows = x.reshape(runs, batch * n, d)
         biases = (self.b_Q, self.b_K, self.b_V) if self.with_bias else (None, None, None)
         if torch.is_autocast_enabled(x.device.type):  # autocast casts the products' operands: autograd's nodes
-            w = torch.cat((self.W_Q, self.W_K, self.W_V), dim=-1).transpose(1, 2).reshape(runs, d, -1)
-            b = torch.cat(biases, dim=-1).view(runs, 1, -1) if self.with_bias else None
-            qkv = torch.bmm(rows, w) if b is None else torch.baddbmm(b, rows, w)
+            w = side_by_side(self.W_Q, self.W_K, self.W_V)
+            qkv = torch.baddbmm(side_by_side_bias(*biases), rows, w) if self.with_bias else torch.bmm(rows, w)
         else:  # the same products as one autograd node (models.fused_nodes)
             qkv = HeadsProjection.apply(rows, self.W_Q, self.W_K, self.W_V, *biases)
         return qkv.view(runs * batch, n, heads, 3 * d_head).transpose(1, 2).split(d_head, dim=-1)

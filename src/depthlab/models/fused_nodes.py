@@ -47,6 +47,18 @@ class RunLayerNorm(torch.autograd.Function):
         return grad_x, grad_w, grad_b
 
 
+def side_by_side(w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor) -> torch.Tensor:
+    """``W_Q``, ``W_K``, ``W_V`` [R, heads, d, d_head] as one [R, d, heads · 3 · d_head] matrix, each head's q, k, v
+    columns adjacent (the biases likewise: :func:`side_by_side_bias`)."""
+    runs, heads, d, d_head = w_q.shape
+    return torch.cat((w_q, w_k, w_v), dim=-1).transpose(1, 2).reshape(runs, d, heads * 3 * d_head)
+
+
+def side_by_side_bias(b_q: torch.Tensor, b_k: torch.Tensor, b_v: torch.Tensor) -> torch.Tensor:
+    """``b_Q``, ``b_K``, ``b_V`` [R, heads, d_head] as [R, 1, heads · 3 · d_head], in :func:`side_by_side`'s order."""
+    return torch.cat((b_q, b_k, b_v), dim=-1).view(b_q.shape[0], 1, -1)
+
+
 class HeadsProjection(torch.autograd.Function):
     """``rows`` [R, M, d] times ``W_Q``, ``W_K``, ``W_V`` [R, heads, d, d_head] side by side (plus ``b_Q``, ``b_K``,
     ``b_V`` [R, heads, d_head], or None for no bias) -> [R, M, heads · 3 · d_head], each head's q, k, v adjacent.
@@ -58,14 +70,10 @@ class HeadsProjection(torch.autograd.Function):
     @staticmethod
     def forward(ctx, rows: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor,
                 b_q: torch.Tensor | None, b_k: torch.Tensor | None, b_v: torch.Tensor | None) -> torch.Tensor:
-        runs, heads, d, d_head = w_q.shape
-        w = torch.cat((w_q, w_k, w_v), dim=-1).transpose(1, 2).reshape(runs, d, heads * 3 * d_head)
+        w = side_by_side(w_q, w_k, w_v)
         ctx.save_for_backward(rows, w)
-        ctx.heads, ctx.d_head = heads, d_head
-        if b_q is None:
-            return torch.bmm(rows, w)
-        b = torch.cat((b_q, b_k, b_v), dim=-1).view(runs, 1, heads * 3 * d_head)
-        return torch.baddbmm(b, rows, w)
+        ctx.heads, ctx.d_head = w_q.shape[1], w_q.shape[-1]
+        return torch.bmm(rows, w) if b_q is None else torch.baddbmm(side_by_side_bias(b_q, b_k, b_v), rows, w)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
