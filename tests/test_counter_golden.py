@@ -1,10 +1,10 @@
-"""Issue 45, item 1: every task"s stream-2 values pinned. A change to a ``sample_counter`` (or to ``tasks.counter``)
+"""Issue 45, item 1: every task's stream-2 values pinned. A change to a ``sample_counter`` (or to ``tasks.counter``)
 that is meant to be faster only must leave these digests as they are: the stream is part of every stream-2 run"s
 identity, so a value that moves is a different run under the same id.
 
 The digests were taken from main at 4919258 (before any of the speed-ups): two runs (seeds 3 and 2⁴⁰ + 5, steps 0 and
-11), 16 examples each, at the small settings of ``test_counter_tasks`` and at each task"s defaults. Integer tensors
-are pinned by a SHA-256 of their bytes; real ones (which go through the device"s ``log``/``cos``, equal to the last
+11), 16 examples each, at the small settings of ``test_counter_tasks`` and at each task's defaults. Integer tensors
+are pinned by a SHA-256 of their bytes; real ones (which go through the device's ``log``/``cos``, equal to the last
 bits on one machine but not promised across machines) by their sum and sum of squares in float64, to 10⁻⁹."""
 
 import hashlib
