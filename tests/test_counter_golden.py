@@ -1,5 +1,5 @@
 """Issue 45, item 1: every task's stream-2 values pinned. A change to a ``sample_counter`` (or to ``tasks.counter``)
-that is meant to be faster only must leave these digests as they are: the stream is part of every stream-2 run"s
+that is meant to be faster only must leave these digests as they are: the stream is part of every stream-2 run's
 identity, so a value that moves is a different run under the same id.
 
 The digests were taken from main at 4919258 (before any of the speed-ups): two runs (seeds 3 and 2⁴⁰ + 5, steps 0 and
