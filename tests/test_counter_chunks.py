@@ -1,0 +1,68 @@
+"""Issue 45, item 1 on a CPU: stream 2 made ahead, a chunk of steps per ``sample_counter`` call on the data thread
+(``CounterChunks``), is bit for bit the stream made one step at a time in the step (``CounterBatches``): for every
+task, across chunk boundaries, for runs at different positions, runs leaving and runs restored from checkpoints."""
+
+import pytest
+import torch
+
+from depthlab.tasks import TASKS
+from depthlab.training.data import CounterBatches, CounterChunks, CounterStream, group_batches
+from depthlab.training.device import samples_ahead
+from test_counter_tasks import COUNTED, SETTINGS
+
+CPU = torch.device("cpu")
+
+
+def streams(seeds, drawn=None, batches=None):
+    made = [CounterStream(seed, 8, batches) for seed in seeds]
+    for stream, position in zip(made, drawn or [0] * len(made), strict=True):
+        stream.drawn = position
+    return made
+
+
+def equal(a, b) -> bool:
+    return all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+@pytest.mark.parametrize("name", COUNTED)
+def test_chunks_of_steps_are_the_one_step_batches_bit_for_bit(name):
+    task = TASKS[name](**SETTINGS[name])
+    seeds, drawn = [3, 2**40 + 5, 11], [0, 17, 4]  # runs at different positions (resumed at different steps)
+    ahead, in_step = CounterChunks(streams(seeds, drawn), task, CPU), CounterBatches(streams(seeds, drawn), task, CPU)
+    ahead.steps_per_chunk = 3  # several chunks, each sampled ahead, in the 7 steps below
+    for _ in range(7):
+        assert equal(ahead.next(), in_step.next())
+    assert ahead.pending is not None  # the next chunk was asked for ahead
+
+
+def test_runs_leaving_and_restored_keep_their_own_batches():
+    task = TASKS["index_lookup"](N=12)
+    ahead, in_step = CounterChunks(streams([1, 2, 3, 4]), task, CPU), CounterBatches(streams([1, 2, 3, 4]), task, CPU)
+    ahead.steps_per_chunk = 4
+    for _ in range(2):
+        assert equal(ahead.next(), in_step.next())
+    for batches in (ahead, in_step):  # run 2 left mid-chunk, with the next chunk already asked for
+        batches.select_runs([0, 1, 3])
+    for _ in range(4):  # the rest of the chunk in use, then the one sampled ahead, without run 2
+        assert equal(ahead.next(), in_step.next())
+    for batches in (ahead, in_step):
+        batches.streams[1].restore(batches.streams[1].state(), 40)
+        batches.reload(1)
+        batches.select_runs([1, 2])
+    for _ in range(5):
+        assert equal(ahead.next(), in_step.next())
+    assert [s.drawn for s in ahead.streams] == [45, 11] and ahead.steps.tolist() == [45, 11]
+    ahead.select_runs([])
+    assert ahead.pending is None  # the last run left: nothing is sampled for no one
+
+
+def test_chunks_stop_at_the_steps_the_runs_need():
+    ahead = CounterChunks(streams([1, 2], drawn=[0, 3], batches=9), TASKS["icqa"](), CPU)
+    assert ahead.steps_per_chunk == 512  # 8,192 examples of 2 runs × 8
+    ahead.next()
+    assert len(ahead.chunk[0]) == 9 and ahead.pending is None  # run 0 needs 9 steps; run 1 six
+
+
+def test_stream_two_is_made_ahead_on_a_cpu_and_in_the_step_elsewhere():
+    assert samples_ahead(CPU) and not samples_ahead(torch.device("cuda"))
+    assert isinstance(group_batches(streams([1]), TASKS["icqa"](), CPU), CounterChunks)
