@@ -234,6 +234,21 @@ class CounterBatches:
         self.keys, self.steps = self.keys[index], self.steps[index]
 
 
+def counter_chunk_steps(runs: int, batch_size: int) -> int:
+    """Steps per chunk of stream 2 made ahead: about ``CHUNK_EXAMPLES`` examples of the whole group."""
+    return max(1, CHUNK_EXAMPLES // max(1, runs * batch_size))
+
+
+def counter_chunk(task: Task, keys: torch.Tensor, starts: torch.Tensor, steps: int,
+                  batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stream 2's batches of steps starts[r] … starts[r] + steps − 1 for every run r (``keys``: :func:`seed_keys`
+    of the runs' seeds) in one ``sample_counter`` call, step c of run r in row c·R + r: inputs and targets
+    [steps, R, batch, …]."""
+    ahead = (starts + torch.arange(steps, dtype=torch.int64, device=starts.device)[:, None]).flatten()
+    inputs, targets = task.sample_counter(Counter(keys.repeat(steps), ahead, batch_size))
+    return inputs.unflatten(0, (steps, -1)), targets.unflatten(0, (steps, -1))
+
+
 class CounterChunks:
     """A group's batches of stream version 2 on a CPU, made ahead: a chunk of steps for every run in one
     ``task.sample_counter`` call, the next chunk on the data thread while the model trains (as stream 1 does).
@@ -251,17 +266,11 @@ class CounterChunks:
         self.keys = seed_keys(torch.tensor([s.seed for s in streams], dtype=torch.int64, device=device))
         self.steps = torch.tensor([s.drawn for s in streams], dtype=torch.int64, device=device)  # each run's next
         self.batch_size = streams[0].batch_size if streams else 1
-        self.steps_per_chunk = max(1, CHUNK_EXAMPLES // max(1, len(streams) * self.batch_size))
+        self.steps_per_chunk = counter_chunk_steps(len(streams), self.batch_size)
         self.chunk: tuple[torch.Tensor, torch.Tensor] | None = None
         self.pos = 0
         self.pending: Future | None = None
         self.ahead_rows: torch.Tensor | None = None  # the runs kept since the chunk ahead was asked for
-
-    def _sample(self, keys: torch.Tensor, starts: torch.Tensor, steps: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Steps starts[r] … starts[r] + steps − 1 of every run r: inputs and targets [steps, R, batch, …]."""
-        ahead = (starts + torch.arange(steps, dtype=torch.int64, device=self.device)[:, None]).flatten()
-        inputs, targets = self.task.sample_counter(Counter(keys.repeat(steps), ahead, self.batch_size))
-        return inputs.unflatten(0, (steps, -1)), targets.unflatten(0, (steps, -1))
 
     def _left(self, starts: torch.Tensor) -> int:
         """Steps the group still needs from ``starts`` (the most any run needs; a chunk's worth if unknown)."""
@@ -275,12 +284,13 @@ class CounterChunks:
             rows, self.pending, self.ahead_rows = self.ahead_rows, None, None
             self.chunk = (inputs, targets) if rows is None else (inputs[:, rows], targets[:, rows])
         else:
-            self.chunk = self._sample(self.keys, self.steps, max(1, min(self.steps_per_chunk, self._left(self.steps))))
+            steps = max(1, min(self.steps_per_chunk, self._left(self.steps)))
+            self.chunk = counter_chunk(self.task, self.keys, self.steps, steps, self.batch_size)
         self.pos = 0
         starts = self.steps + len(self.chunk[0])
         steps = min(self.steps_per_chunk, self._left(starts))
         if steps > 0 and sum(t.nbytes for t in self.chunk) <= PREFETCH_BYTES:
-            self.pending = _prefetcher().submit(self._sample, self.keys, starts, steps)
+            self.pending = _prefetcher().submit(counter_chunk, self.task, self.keys, starts, steps, self.batch_size)
 
     def next(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Every run's next batch: inputs [runs, batch, …] and targets [runs, batch] (views into the chunk)."""
