@@ -3,9 +3,10 @@ that is meant to be faster only must leave these digests as they are: the stream
 identity, so a value that moves is a different run under the same id.
 
 The digests were taken from main at 4919258 (before any of the speed-ups): two runs (seeds 3 and 2⁴⁰ + 5, steps 0 and
-11), 16 examples each, at the small settings of ``test_counter_tasks`` and at each task's defaults. Integer tensors
-are pinned by a SHA-256 of their bytes; real ones (which go through the device's ``log``/``cos``, equal to the last
-bits on one machine but not promised across machines) by their sum and sum of squares in float64, to 10⁻⁹."""
+11), 16 examples each, at the small settings of ``test_counter_tasks``, at each task's defaults and at a few wider
+settings. Integer tensors are pinned by a SHA-256 of their bytes; real ones (which go through the device's
+``log``/``cos``, equal to the last bits on one machine but not promised across machines) by their sum and sum of
+squares in float64, to 10⁻⁹."""
 
 import hashlib
 
@@ -49,7 +50,15 @@ PINNED = {
     "default/retrieval": ("0755ac80afaaa805", "56ef067a30375c55"),
     "default/retrieval_vec": ((1294.196666021453, 5333.001266369691), (106.80196689465083, 1541.159345063728)),
     "default/template": ("bd98fed94fa9d67b", "dc0bfce826a0bbee"),
+    "wider/template": ("e354a73e834d1719", "c5cd738ef8c653d1"),
+    "wider/ictm": ("4b8ab4b395a65fc0", "6d71c9715b98b0e8"),
+    "wider/dyck": ("62af4f9462484a95", "191d9670184a08ad"),
+    "wider/icqa": ("08a7a884a6ba35ef", "03e53e0cdcf3f925"),
 }
+# wider settings than the two above, where other code paths run: templates with no table of sequences (drawn
+# injections), a deeper Dyck with three bracket types, a selection of more distinct values than argmin passes take
+WIDER = {"template": {"l": 5, "n_symbols": 60, "n_classes": 7}, "ictm": {"k": 3, "l": 5, "n_symbols": 60, "n_a": 6},
+         "dyck": {"N": 40, "n_types": 3, "depth": 4}, "icqa": {"k": 5, "n_q": 30, "n_a": 30}}
 
 
 def digest(values: torch.Tensor) -> str | tuple[float, float]:
@@ -62,7 +71,7 @@ def digest(values: torch.Tensor) -> str | tuple[float, float]:
 @pytest.mark.parametrize("case", sorted(PINNED))
 def test_every_task_s_stream_two_values_are_the_pinned_ones(case):
     kind, name = case.split("/")
-    task = TASKS[name](**(SETTINGS[name] if kind == "small" else {}))
+    task = TASKS[name](**{"small": SETTINGS, "wider": WIDER}.get(kind, {}).get(name, {}))
     counter = Counter(seed_keys(torch.tensor([3, 2**40 + 5])), torch.tensor([0, 11]), 16)
     for got, want in zip(map(digest, task.sample_counter(counter)), PINNED[case], strict=True):
         assert got == pytest.approx(want, rel=1e-9) if isinstance(want, tuple) else got == want
