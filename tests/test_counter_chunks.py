@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from depthlab.tasks import TASKS
+from depthlab.tasks.counter import Counter, seed_keys
 from depthlab.training.data import CounterBatches, CounterChunks, CounterStream, group_batches
 from depthlab.training.device import samples_ahead
 from test_counter_tasks import COUNTED, SETTINGS
@@ -66,3 +67,14 @@ def test_chunks_stop_at_the_steps_the_runs_need():
 def test_stream_two_is_made_ahead_on_a_cpu_and_in_the_step_elsewhere():
     assert samples_ahead(CPU) and not samples_ahead(torch.device("cuda"))
     assert isinstance(group_batches(streams([1]), TASKS["icqa"](), CPU), CounterChunks)
+
+
+@pytest.mark.parametrize("setting", [{}, {"N": 20, "n_types": 1}, {"N": 40, "n_types": 3, "depth": 4}])
+def test_dyck_off_a_graph_redraws_only_where_needed_and_gives_the_same_values(setting):
+    """Off a graph Dyck corrupts the negatives once, and again only where the first corruption stays in the language
+    (about half of them with one bracket type): the values of the fixed budget, bit for bit."""
+    task, keys, steps = TASKS["dyck"](**setting), seed_keys(torch.tensor([5, 9])), torch.tensor([0, 3])
+    in_graph = task.sample_counter(Counter(keys, steps, 400))
+    assert equal(task.sample_counter(Counter(keys, steps, 400, capturable=False)), in_graph)
+    with pytest.raises(RuntimeError, match="capturable"):
+        Counter(keys, steps, 4).rows(torch.ones(2, 4, dtype=torch.bool))

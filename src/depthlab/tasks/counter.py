@@ -67,12 +67,26 @@ class Counter:
     ``keys`` (:func:`seed_keys`) and ``steps`` are int64 tensors [R] on the device (a run's step counts its
     batches); every draw method takes a ``draw`` number, distinct for every use within a task's sampler (below
     2¹⁵), and returns [R, B, …]. A value is hash(key(seed, step, example) ^ (draw · 2¹⁶ + lane)) (lane < 2¹⁶; a
-    wider draw: :meth:`bits`): one hash over the output, two over [R, B] per step."""
+    wider draw: :meth:`bits`): one hash over the output, two over [R, B] per step.
 
-    def __init__(self, keys: torch.Tensor, steps: torch.Tensor, batch: int) -> None:
-        self.batch, self.device = batch, keys.device
+    ``capturable`` (the default) asks the sampler for work a CUDA graph can hold: no shape that depends on the values
+    drawn, no host synchronisation. Off a graph (``capturable=False``: stream 2 made ahead on a CPU) a sampler may
+    draw a redraw's further candidates only for the examples that need them (:meth:`rows`), for the same values."""
+
+    def __init__(self, keys: torch.Tensor, steps: torch.Tensor, batch: int, capturable: bool = True) -> None:
+        self.batch, self.device, self.capturable = batch, keys.device, capturable
         examples = torch.arange(batch, dtype=torch.int64, device=self.device)
         self.keys = _absorb(_absorb(keys, steps)[:, None], examples)[..., None]  # [R, B, 1]: one key per example
+
+    def rows(self, chosen: torch.Tensor) -> Counter:
+        """The draws of the examples where ``chosen`` [R, B] is True only, as one run of M examples ([1, M, …]):
+        each example's values are the ones it has here. Its shape depends on the values: off a graph only."""
+        if self.capturable:
+            raise RuntimeError("Counter.rows makes a shape that depends on the values: a capturable sampler cannot")
+        subset = object.__new__(Counter)
+        subset.keys = self.keys[chosen][None]
+        subset.batch, subset.device, subset.capturable = subset.keys.shape[1], self.device, False
+        return subset
 
     def bits(self, draw: int, width: int) -> torch.Tensor:
         """``width`` 32-bit values per example, [R, B, width] (int64 in [0, 2³²)). A draw has 2¹⁶ lanes; a wider

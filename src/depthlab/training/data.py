@@ -243,9 +243,9 @@ def counter_chunk(task: Task, keys: torch.Tensor, starts: torch.Tensor, steps: i
                   batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Stream 2's batches of steps starts[r] … starts[r] + steps − 1 for every run r (``keys``: :func:`seed_keys`
     of the runs' seeds) in one ``sample_counter`` call, step c of run r in row c·R + r: inputs and targets
-    [steps, R, batch, …]."""
+    [steps, R, batch, …]. Made off any graph (``capturable=False``): a sampler may redraw only where it needs to."""
     ahead = (starts + torch.arange(steps, dtype=torch.int64, device=starts.device)[:, None]).flatten()
-    inputs, targets = task.sample_counter(Counter(keys.repeat(steps), ahead, batch_size))
+    inputs, targets = task.sample_counter(Counter(keys.repeat(steps), ahead, batch_size, capturable=False))
     return inputs.unflatten(0, (steps, -1)), targets.unflatten(0, (steps, -1))
 
 
