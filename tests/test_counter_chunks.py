@@ -69,11 +69,15 @@ def test_stream_two_is_made_ahead_on_a_cpu_and_in_the_step_elsewhere():
     assert isinstance(group_batches(streams([1]), TASKS["icqa"](), CPU), CounterChunks)
 
 
-@pytest.mark.parametrize("setting", [{}, {"N": 20, "n_types": 1}, {"N": 40, "n_types": 3, "depth": 4}])
-def test_dyck_off_a_graph_redraws_only_where_needed_and_gives_the_same_values(setting):
+@pytest.mark.parametrize(("name", "setting"), [
+    ("dyck", {}), ("dyck", {"N": 20, "n_types": 1}), ("dyck", {"N": 40, "n_types": 3, "depth": 4}),
+    ("ictm", {}), ("ictm", {"k": 3, "l": 5, "n_symbols": 60, "n_a": 6}), ("template", {"l": 5, "n_symbols": 60})])
+def test_off_a_graph_redraws_only_where_needed_and_gives_the_same_values(name, setting):
     """Off a graph Dyck corrupts the negatives once, and again only where the first corruption stays in the language
-    (about half of them with one bracket type): the values of the fixed budget, bit for bit."""
-    task, keys, steps = TASKS["dyck"](**setting), seed_keys(torch.tensor([5, 9])), torch.tensor([0, 3])
+    (about half of them with one bracket type); the template tasks draw one candidate sequence, and the whole budget
+    only where it is rejected (held out, an invalid injection, the excluded sequence): the values of the fixed
+    budget, bit for bit."""
+    task, keys, steps = TASKS[name](**setting), seed_keys(torch.tensor([5, 9])), torch.tensor([0, 3])
     in_graph = task.sample_counter(Counter(keys, steps, 400))
     assert equal(task.sample_counter(Counter(keys, steps, 400, capturable=False)), in_graph)
     with pytest.raises(RuntimeError, match="capturable"):

@@ -24,8 +24,26 @@ from depthlab.tasks.templates_common import TemplateSpace
 def sample_sequences(space: TemplateSpace, counter: Counter, tmpl: torch.Tensor, draw: int,
                      exclude: torch.Tensor | None = None) -> torch.Tensor:
     """A training sequence [R, B, *S, l] of template ``tmpl[…]`` ([R, B, *S]) for each, different from ``exclude``
-    [R, B, *S, l] when given; draws ``draw`` and ``draw + 1``."""
+    [R, B, *S, l] when given; draws ``draw`` and ``draw + 1``.
+
+    Off a graph (``counter.capturable`` False) with one sequence per example (no S), one candidate each is drawn,
+    and the whole budget only for the examples whose candidate is rejected: candidate t takes the same lanes of
+    each draw at any budget then, so the values are the fixed budget's."""
     tries = space.max_rounds(counter.batch, "train", exclude is not None)
+    if counter.capturable or tries == 1 or tmpl.dim() > 2:
+        return first_accepted(space, counter, tmpl, draw, exclude, tries)[0]
+    sequences, accepted = first_accepted(space, counter, tmpl, draw, exclude, 1)
+    again = ~accepted
+    if again.any():
+        sequences[again] = first_accepted(space, counter.rows(again), tmpl[again][None], draw,
+                                          None if exclude is None else exclude[again][None], tries)[0][0]
+    return sequences
+
+
+def first_accepted(space: TemplateSpace, counter: Counter, tmpl: torch.Tensor, draw: int,
+                   exclude: torch.Tensor | None, tries: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first accepted of ``tries`` candidates of each (the first candidate where none is), [R, B, *S, l], and
+    whether it was accepted, [R, B, *S]."""
     table = space.device_tables.get("table", counter.device)
     if space.tabled.all():  # every template's training sequences listed: no injection to draw
         picks, tabled = table_picks(space, counter, tmpl, draw, tries)
@@ -33,14 +51,17 @@ def sample_sequences(space: TemplateSpace, counter: Counter, tmpl: torch.Tensor,
         if exclude is not None:  # the table's rows are sequences, each one code: compare codes, copy the pick only
             codes = encode_rows(table, space.n_symbols)
             ok = ok & (codes[picks] != encode_rows(exclude, space.n_symbols)[..., None])
-        return rows_of(table, picks.gather(-1, first_true(ok))[..., 0])
+        first = first_true(ok)
+        return rows_of(table, picks.gather(-1, first)[..., 0]), ok.gather(-1, first)[..., 0]
     candidates, ok = injected_candidates(space, counter, tmpl, draw + 1, tries)
     if space.tabled.any():
         picks, tabled = table_picks(space, counter, tmpl, draw, tries)
         candidates, ok = torch.where(tabled[..., None], rows_of(table, picks), candidates), ok | tabled
     if exclude is not None:
         ok = ok & (candidates != exclude[..., None, :]).any(-1)
-    return candidates.gather(-2, first_true(ok)[..., None].expand(*tmpl.shape, 1, space.l))[..., 0, :]
+    first = first_true(ok)
+    return (candidates.gather(-2, first[..., None].expand(*tmpl.shape, 1, space.l))[..., 0, :],
+            ok.gather(-1, first)[..., 0])
 
 
 def injected_candidates(space: TemplateSpace, counter: Counter, tmpl: torch.Tensor, draw: int,
