@@ -138,6 +138,11 @@ class Counter:
         return torch.stack([radius * angle.cos(), radius * angle.sin()], -1).flatten(-2)[..., :width]
 
 
+def take_rows(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``table[index]``, [*index.shape, *table.shape[1:]]: ``index_select`` (twice as fast as indexing on a CPU)."""
+    return table.index_select(0, index.flatten()).view(*index.shape, *table.shape[1:])
+
+
 def first_true(ok: torch.Tensor) -> torch.Tensor:
     """Index of the first True along the last axis (0 where none is): the candidate a redraw loop would keep,
     [..., 1] for ``gather``."""
