@@ -5,9 +5,9 @@
 Three figures per task, each the best round's examples per second:
 
 - ``stream1``: what a run's ``DataStream`` does, ``task.sample`` of one chunk (``CHUNK_EXAMPLES`` examples, numpy);
-- ``stream2_chunk``: what a group's ``CounterChunks`` does on a CPU, one ``counter_chunk`` call of
-  ``counter_chunk_steps(runs, batch)`` steps for ``--runs`` runs of ``--batch`` examples (about as many examples as
-  stream 1's chunk: the fair comparison);
+- ``stream2_chunk``: what a group's ``CounterChunks`` does on a CPU per ``sample_counter`` call, one
+  ``counter_chunk`` of ``counter_call_steps(runs, batch)`` steps for ``--runs`` runs of ``--batch`` examples (about
+  as many examples as stream 1's chunk: the fair comparison);
 - ``stream2_step``: what ``CounterBatches`` does on an accelerator, ``task.sample_counter`` of one step for the runs.
 
 All three are timed in the same process, interleaved round by round; ``chunk_ratio`` and ``step_ratio`` are the
@@ -25,7 +25,7 @@ import torch
 
 from depthlab.tasks import TASKS
 from depthlab.tasks.counter import Counter, seed_keys
-from depthlab.training.data import CHUNK_EXAMPLES, counter_chunk, counter_chunk_steps
+from depthlab.training.data import CHUNK_EXAMPLES, counter_call_steps, counter_chunk
 from vmap_vs_run_axis import rate  # examples per second of a step, best kept to one definition
 
 FIGURES = ("stream1", "stream2_chunk", "stream2_step")
@@ -44,7 +44,7 @@ def main() -> None:
     names = args.task or sorted(TASKS)
     tasks = {name: TASKS[name]() for name in names}
     keys = seed_keys(torch.arange(args.runs))
-    chunk_steps = counter_chunk_steps(args.runs, args.batch)
+    chunk_steps = counter_call_steps(args.runs, args.batch)
     best: dict[str, dict[str, float]] = {name: dict.fromkeys(FIGURES, 0.0) for name in names}
     for round_ in range(args.rounds):
         for name, task in tasks.items():

@@ -30,8 +30,8 @@ def test_chunks_of_steps_are_the_one_step_batches_bit_for_bit(name):
     task = TASKS[name](**SETTINGS[name])
     seeds, drawn = [3, 2**40 + 5, 11], [0, 17, 4]  # runs at different positions (resumed at different steps)
     ahead, in_step = CounterChunks(streams(seeds, drawn), task, CPU), CounterBatches(streams(seeds, drawn), task, CPU)
-    ahead.steps_per_chunk = 3  # several chunks, each sampled ahead, in the 7 steps below
-    for _ in range(7):
+    ahead.steps_per_chunk, ahead.steps_per_call = 5, 2  # chunks of 5 steps in calls of 2, 2 and 1, sampled ahead
+    for _ in range(12):
         assert equal(ahead.next(), in_step.next())
     assert ahead.pending is not None  # the next chunk was asked for ahead
 
@@ -59,7 +59,7 @@ def test_runs_leaving_and_restored_keep_their_own_batches():
 
 def test_chunks_stop_at_the_steps_the_runs_need():
     ahead = CounterChunks(streams([1, 2], drawn=[0, 3], batches=9), TASKS["icqa"](), CPU)
-    assert ahead.steps_per_chunk == 512  # 8,192 examples of 2 runs × 8
+    assert ahead.steps_per_chunk == 1024 and ahead.steps_per_call == 512  # 8,192 examples a run; a call, the group
     ahead.next()
     assert len(ahead.chunk[0]) == 9 and ahead.pending is None  # run 0 needs 9 steps; run 1 six
 

@@ -234,19 +234,29 @@ class CounterBatches:
         self.keys, self.steps = self.keys[index], self.steps[index]
 
 
-def counter_chunk_steps(runs: int, batch_size: int) -> int:
-    """Steps per chunk of stream 2 made ahead: about ``CHUNK_EXAMPLES`` examples of the whole group."""
+def counter_call_steps(runs: int, batch_size: int) -> int:
+    """Steps per ``sample_counter`` call of stream 2 made ahead: about ``CHUNK_EXAMPLES`` examples of the whole group
+    (a larger call is no faster per example on a CPU, and its intermediates leave the caches)."""
     return max(1, CHUNK_EXAMPLES // max(1, runs * batch_size))
 
 
-def counter_chunk(task: Task, keys: torch.Tensor, starts: torch.Tensor, steps: int,
-                  batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+def counter_chunk(task: Task, keys: torch.Tensor, starts: torch.Tensor, steps: int, batch_size: int,
+                  per_call: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Stream 2's batches of steps starts[r] … starts[r] + steps − 1 for every run r (``keys``: :func:`seed_keys`
-    of the runs' seeds) in one ``sample_counter`` call, step c of run r in row c·R + r: inputs and targets
-    [steps, R, batch, …]. Made off any graph (``capturable=False``): a sampler may redraw only where it needs to."""
-    ahead = (starts + torch.arange(steps, dtype=torch.int64, device=starts.device)[:, None]).flatten()
-    inputs, targets = task.sample_counter(Counter(keys.repeat(steps), ahead, batch_size, capturable=False))
-    return inputs.unflatten(0, (steps, -1)), targets.unflatten(0, (steps, -1))
+    of the runs' seeds): inputs and targets [steps, R, batch, …], in ``sample_counter`` calls of ``per_call`` steps
+    (all at once by default), step c of run r in row c·R + r of its call. Made off any graph (``capturable=False``):
+    a sampler may redraw only where it needs to."""
+    per_call = per_call or steps
+    parts = []
+    for first in range(0, steps, per_call):
+        count = min(per_call, steps - first)
+        ahead = (starts + torch.arange(first, first + count, dtype=torch.int64, device=starts.device)[:, None])
+        inputs, targets = task.sample_counter(Counter(keys.repeat(count), ahead.flatten(), batch_size,
+                                                      capturable=False))
+        parts.append((inputs.unflatten(0, (count, -1)), targets.unflatten(0, (count, -1))))
+    if len(parts) == 1:
+        return parts[0]
+    return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
 
 
 class CounterChunks:
@@ -255,9 +265,11 @@ class CounterChunks:
 
     Every value is a function of (run seed, step, example, draw, lane), so a chunk of C steps is one call over the
     R × C (key, step) pairs, step c of run r in row c·R + r, reshaped to [C, R, batch, …]: bit for bit the C
-    one-step calls of :class:`CounterBatches` (``tests/test_counter_chunks.py``). A chunk holds about
-    ``CHUNK_EXAMPLES`` examples of the whole group (a larger call is no faster per example on a CPU), never more
-    steps than the runs still need; it is sampled ahead only when it takes at most ``PREFETCH_BYTES``. Each run's
+    one-step calls of :class:`CounterBatches` (``tests/test_counter_chunks.py``). A chunk holds as many steps as a
+    run's chunk of stream 1 (``CHUNK_EXAMPLES`` examples per run: a long horizon for the data thread; 8 steps at 16
+    runs left the step waiting 3 % of the time, 64 steps under 1 %), never more than the runs still need, made in
+    calls of about ``CHUNK_EXAMPLES`` examples (:func:`counter_call_steps`); it is sampled ahead only when it takes
+    at most ``PREFETCH_BYTES`` per run (stream 1's bound). Each run's
     chunk starts at its own step, so runs at different positions (resumed from different checkpoints) are exact;
     a run restored or leaving drops the chunk sampled ahead, and the next one starts where each run now is."""
 
@@ -266,7 +278,8 @@ class CounterChunks:
         self.keys = seed_keys(torch.tensor([s.seed for s in streams], dtype=torch.int64, device=device))
         self.steps = torch.tensor([s.drawn for s in streams], dtype=torch.int64, device=device)  # each run's next
         self.batch_size = streams[0].batch_size if streams else 1
-        self.steps_per_chunk = counter_chunk_steps(len(streams), self.batch_size)
+        self.steps_per_chunk = max(1, CHUNK_EXAMPLES // self.batch_size)  # as a run's chunk of stream 1
+        self.steps_per_call = counter_call_steps(len(streams), self.batch_size)
         self.chunk: tuple[torch.Tensor, torch.Tensor] | None = None
         self.pos = 0
         self.pending: Future | None = None
@@ -285,12 +298,13 @@ class CounterChunks:
             self.chunk = (inputs, targets) if rows is None else (inputs[:, rows], targets[:, rows])
         else:
             steps = max(1, min(self.steps_per_chunk, self._left(self.steps)))
-            self.chunk = counter_chunk(self.task, self.keys, self.steps, steps, self.batch_size)
+            self.chunk = counter_chunk(self.task, self.keys, self.steps, steps, self.batch_size, self.steps_per_call)
         self.pos = 0
         starts = self.steps + len(self.chunk[0])
         steps = min(self.steps_per_chunk, self._left(starts))
-        if steps > 0 and sum(t.nbytes for t in self.chunk) <= PREFETCH_BYTES:
-            self.pending = _prefetcher().submit(counter_chunk, self.task, self.keys, starts, steps, self.batch_size)
+        if steps > 0 and sum(t.nbytes for t in self.chunk) <= PREFETCH_BYTES * len(self.streams):
+            self.pending = _prefetcher().submit(counter_chunk, self.task, self.keys, starts, steps, self.batch_size,
+                                                self.steps_per_call)
 
     def next(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Every run's next batch: inputs [runs, batch, …] and targets [runs, batch] (views into the chunk)."""
