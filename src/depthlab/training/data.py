@@ -276,7 +276,8 @@ class CounterChunks:
     def __init__(self, streams: list[CounterStream], task: Task, device: torch.device) -> None:
         self.streams, self.task, self.device = streams, task, device
         self.keys = seed_keys(torch.tensor([s.seed for s in streams], dtype=torch.int64, device=device))
-        self.steps = torch.tensor([s.drawn for s in streams], dtype=torch.int64, device=device)  # each run's next
+        # each run's step at the start of the chunk in use (its next step while there is none): no tensor op a step
+        self.starts = torch.tensor([s.drawn for s in streams], dtype=torch.int64, device=device)
         self.batch_size = streams[0].batch_size if streams else 1
         self.steps_per_chunk = max(1, CHUNK_EXAMPLES // self.batch_size)  # as a run's chunk of stream 1
         self.steps_per_call = counter_call_steps(len(streams), self.batch_size)
@@ -285,6 +286,11 @@ class CounterChunks:
         self.pending: Future | None = None
         self.ahead_rows: torch.Tensor | None = None  # the runs kept since the chunk ahead was asked for
 
+    @property
+    def steps(self) -> torch.Tensor:
+        """Each run's next step [R]."""
+        return self.starts + self.pos
+
     def _left(self, starts: torch.Tensor) -> int:
         """Steps the group still needs from ``starts`` (the most any run needs; a chunk's worth if unknown)."""
         if any(s.batches is None for s in self.streams):
@@ -292,18 +298,19 @@ class CounterChunks:
         return max(s.batches for s in self.streams) - int(starts.min())
 
     def _refill(self) -> None:
+        starts = self.steps
         if self.pending is not None:
             inputs, targets = self.pending.result()
             rows, self.pending, self.ahead_rows = self.ahead_rows, None, None
             self.chunk = (inputs, targets) if rows is None else (inputs[:, rows], targets[:, rows])
         else:
-            steps = max(1, min(self.steps_per_chunk, self._left(self.steps)))
-            self.chunk = counter_chunk(self.task, self.keys, self.steps, steps, self.batch_size, self.steps_per_call)
-        self.pos = 0
-        starts = self.steps + len(self.chunk[0])
-        steps = min(self.steps_per_chunk, self._left(starts))
+            steps = max(1, min(self.steps_per_chunk, self._left(starts)))
+            self.chunk = counter_chunk(self.task, self.keys, starts, steps, self.batch_size, self.steps_per_call)
+        self.starts, self.pos = starts, 0
+        ahead = starts + len(self.chunk[0])
+        steps = min(self.steps_per_chunk, self._left(ahead))
         if steps > 0 and sum(t.nbytes for t in self.chunk) <= PREFETCH_BYTES * len(self.streams):
-            self.pending = _prefetcher().submit(counter_chunk, self.task, self.keys, starts, steps, self.batch_size,
+            self.pending = _prefetcher().submit(counter_chunk, self.task, self.keys, ahead, steps, self.batch_size,
                                                 self.steps_per_call)
 
     def next(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -312,7 +319,6 @@ class CounterChunks:
             self._refill()
         inputs, targets = self.chunk[0][self.pos], self.chunk[1][self.pos]
         self.pos += 1
-        self.steps += 1
         for stream in self.streams:
             stream.drawn += 1
         return inputs, targets
@@ -322,12 +328,13 @@ class CounterChunks:
         for, or cancelled: the task is the data thread's until then)."""
         if self.pending is not None and not self.pending.cancel():
             self.pending.result()
+        self.starts, self.pos = self.steps, 0
         self.chunk, self.pending, self.ahead_rows = None, None, None
 
     def reload(self, r: int) -> None:
         """Run r's stream was restored (from a checkpoint): its counter continues from there."""
         self.close()
-        self.steps[r] = self.streams[r].drawn
+        self.starts[r] = self.streams[r].drawn
 
     def select_runs(self, keep: list[int]) -> None:
         """Keep the runs at ``keep``: their columns of the chunk in use, and of the one sampled ahead when it comes."""
@@ -335,7 +342,7 @@ class CounterChunks:
             self.close()
         index = torch.tensor(keep, dtype=torch.long, device=self.device)
         self.streams = [self.streams[r] for r in keep]
-        self.keys, self.steps = self.keys[index], self.steps[index]
+        self.keys, self.starts = self.keys[index], self.starts[index]
         if self.chunk is not None:
             self.chunk = (self.chunk[0][:, index], self.chunk[1][:, index])
         if self.pending is not None:
