@@ -82,3 +82,21 @@ def test_off_a_graph_redraws_only_where_needed_and_gives_the_same_values(name, s
     assert equal(task.sample_counter(Counter(keys, steps, 400, capturable=False)), in_graph)
     with pytest.raises(RuntimeError, match="capturable"):
         Counter(keys, steps, 4).rows(torch.ones(2, 4, dtype=torch.bool))
+
+
+def test_a_chunk_stays_within_the_prefetch_bound_and_a_step_over_it_is_made_in_line(monkeypatch):
+    from depthlab.training import data
+
+    task = TASKS["icqa"]()  # 96 bytes an example: a step of 2 runs × 8 takes 1,536
+    monkeypatch.setattr(data, "PREFETCH_BYTES", 5000)
+    ahead, in_step = CounterChunks(streams([1, 2]), task, CPU), CounterBatches(streams([1, 2]), task, CPU)
+    ahead.steps_per_call = 2  # the first chunk: one call of 2 steps; then 3 steps a chunk
+    for _ in range(4):
+        assert equal(ahead.next(), in_step.next())
+    assert ahead.step_bytes == 1536 and len(ahead.chunk[0]) == 3 and ahead.pending is not None  # 3 steps in 5,000
+    monkeypatch.setattr(data, "PREFETCH_BYTES", 1000)
+    ahead, in_step = CounterChunks(streams([1, 2]), task, CPU), CounterBatches(streams([1, 2]), task, CPU)
+    ahead.steps_per_call = 2  # the first chunk: one call of 2 steps; then one step at a time, in line
+    for _ in range(3):
+        assert equal(ahead.next(), in_step.next())
+    assert len(ahead.chunk[0]) == 1 and ahead.pending is None

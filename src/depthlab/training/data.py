@@ -265,11 +265,12 @@ class CounterChunks:
 
     Every value is a function of (run seed, step, example, draw, lane), so a chunk of C steps is one call over the
     R × C (key, step) pairs, step c of run r in row c·R + r, reshaped to [C, R, batch, …]: bit for bit the C
-    one-step calls of :class:`CounterBatches` (``tests/test_counter_chunks.py``). A chunk holds as many steps as a
-    run's chunk of stream 1 (``CHUNK_EXAMPLES`` examples per run: a long horizon for the data thread; 8 steps at 16
-    runs left the step waiting 3 % of the time, 64 steps under 1 %), never more than the runs still need, made in
-    calls of about ``CHUNK_EXAMPLES`` examples (:func:`counter_call_steps`); it is sampled ahead only when it takes
-    at most ``PREFETCH_BYTES`` per run (stream 1's bound). Each run's
+    one-step calls of :class:`CounterBatches` (``tests/test_counter_chunks.py``). The first chunk is one call of
+    about ``CHUNK_EXAMPLES`` examples (:func:`counter_call_steps`), made in line; each later one holds as many steps
+    as a run's chunk of stream 1 (``CHUNK_EXAMPLES`` examples per run: a long horizon for the data thread; 8 steps at
+    16 runs left the step waiting 3 % of the time, 64 steps under 1 %) within ``PREFETCH_BYTES`` for the whole
+    group (a step's size known from the first chunk), made in such calls, and never more steps than the runs still
+    need; a single step over ``PREFETCH_BYTES`` is made in line, one step a chunk. Each run's
     chunk starts at its own step, so runs at different positions (resumed from different checkpoints) are exact;
     a run restored or leaving drops the chunk sampled ahead, and the next one starts where each run now is."""
 
@@ -279,8 +280,9 @@ class CounterChunks:
         # each run's step at the start of the chunk in use (its next step while there is none): no tensor op a step
         self.starts = torch.tensor([s.drawn for s in streams], dtype=torch.int64, device=device)
         self.batch_size = streams[0].batch_size if streams else 1
-        self.steps_per_chunk = max(1, CHUNK_EXAMPLES // self.batch_size)  # as a run's chunk of stream 1
+        self.steps_per_chunk = max(1, CHUNK_EXAMPLES // self.batch_size)  # at most: a run's chunk of stream 1
         self.steps_per_call = counter_call_steps(len(streams), self.batch_size)
+        self.step_bytes: int | None = None  # one step's batches for the group, known from the first chunk
         self.chunk: tuple[torch.Tensor, torch.Tensor] | None = None
         self.pos = 0
         self.pending: Future | None = None
@@ -290,6 +292,13 @@ class CounterChunks:
     def steps(self) -> torch.Tensor:
         """Each run's next step [R]."""
         return self.starts + self.pos
+
+    def _chunk_steps(self) -> int:
+        """Steps of the next chunk: one call's first, then as many as a run's chunk of stream 1 within
+        ``PREFETCH_BYTES`` for the group's chunk (at least one)."""
+        if self.step_bytes is None:
+            return min(self.steps_per_call, self.steps_per_chunk)
+        return max(1, min(self.steps_per_chunk, PREFETCH_BYTES // self.step_bytes))
 
     def _left(self, starts: torch.Tensor) -> int:
         """Steps the group still needs from ``starts`` (the most any run needs; a chunk's worth if unknown)."""
@@ -304,12 +313,13 @@ class CounterChunks:
             rows, self.pending, self.ahead_rows = self.ahead_rows, None, None
             self.chunk = (inputs, targets) if rows is None else (inputs[:, rows], targets[:, rows])
         else:
-            steps = max(1, min(self.steps_per_chunk, self._left(starts)))
+            steps = max(1, min(self._chunk_steps(), self._left(starts)))
             self.chunk = counter_chunk(self.task, self.keys, starts, steps, self.batch_size, self.steps_per_call)
+            self.step_bytes = self.step_bytes or max(1, sum(t.nbytes for t in self.chunk) // steps)
         self.starts, self.pos = starts, 0
         ahead = starts + len(self.chunk[0])
-        steps = min(self.steps_per_chunk, self._left(ahead))
-        if steps > 0 and sum(t.nbytes for t in self.chunk) <= PREFETCH_BYTES * len(self.streams):
+        steps = min(self._chunk_steps(), self._left(ahead))
+        if steps > 0 and steps * self.step_bytes <= PREFETCH_BYTES:
             self.pending = _prefetcher().submit(counter_chunk, self.task, self.keys, ahead, steps, self.batch_size,
                                                 self.steps_per_call)
 
