@@ -206,7 +206,9 @@ def split_mask(codes: torch.Tensor, eval_fraction: float, split_seed: int) -> to
 
 
 def encode_rows(rows: torch.Tensor, base: int) -> torch.Tensor:
-    """``base.encode_rows`` on tensors: each row of the last axis as one int64 of base-``base`` digits."""
-    powers = torch.tensor([base**j for j in range(rows.shape[-1] - 1, -1, -1)], dtype=torch.int64,
-                          device=rows.device)
-    return (rows * powers).sum(-1)
+    """``base.encode_rows`` on tensors: each row of the last axis as one int64 of base-``base`` digits, by Horner's
+    scheme as there (tensor operations with Python numbers only: no host-to-device copy, so a CUDA graph holds it)."""
+    code = torch.zeros_like(rows[..., 0])
+    for j in range(rows.shape[-1]):
+        code = code.mul_(base).add_(rows[..., j])
+    return code
