@@ -85,7 +85,8 @@ def matching_opens(opening: torch.Tensor, depth_after: torch.Tensor, depth: int)
 
 def running_max(values: torch.Tensor) -> torch.Tensor:
     """``cummax`` of the last axis by doubling (⌈log₂ N⌉ element-wise maxima, in place on its own copy): the same
-    values, 3–5× faster than ``cummax`` on a CPU, whose kernel walks each short row one element at a time."""
+    values; on Dyck's corrupted walks (1.3 million int32 values) 5× faster than ``cummax`` on a CPU, whose kernel
+    walks each short row one element at a time."""
     import torch
 
     values, shift = values.clone(), 1

@@ -203,7 +203,7 @@ class NearestNeighbor(Task):
 
 def top_gap(dots: torch.Tensor) -> torch.Tensor:
     """The largest value of the last axis minus the second largest (0 for one value): ``topk(2)``'s two values,
-    as the maximum and the maximum with it struck out (topk partially sorts each short row: 3× slower on a CPU)."""
+    as the maximum and the maximum with it struck out (``topk`` sorts each short row; the task sampled 1.3× faster)."""
     import torch
 
     if dots.shape[-1] < 2:

@@ -260,19 +260,19 @@ def counter_chunk(task: Task, keys: torch.Tensor, starts: torch.Tensor, steps: i
 
 
 class CounterChunks:
-    """A group's batches of stream version 2 on a CPU, made ahead: a chunk of steps for every run in one
-    ``task.sample_counter`` call, the next chunk on the data thread while the model trains (as stream 1 does).
+    """A group's batches of stream version 2 on a CPU, made ahead: a chunk of steps for every run at once
+    (:func:`counter_chunk`), the next chunk on the data thread while the model trains (as stream 1 does).
 
-    Every value is a function of (run seed, step, example, draw, lane), so a chunk of C steps is one call over the
-    R × C (key, step) pairs, step c of run r in row c·R + r, reshaped to [C, R, batch, …]: bit for bit the C
-    one-step calls of :class:`CounterBatches` (``tests/test_counter_chunks.py``). The first chunk is one call of
+    Every value is a function of (run seed, step, example, draw, lane), so C steps are one ``sample_counter`` call
+    over the R × C (key, step) pairs, step c of run r in row c·R + r, reshaped to [C, R, batch, …]: bit for bit the
+    C one-step calls of :class:`CounterBatches` (``tests/test_counter_chunks.py``). The first chunk is one call of
     about ``CHUNK_EXAMPLES`` examples (:func:`counter_call_steps`), made in line; each later one holds as many steps
     as a run's chunk of stream 1 (``CHUNK_EXAMPLES`` examples per run: a long horizon for the data thread; 8 steps at
     16 runs left the step waiting 3 % of the time, 64 steps under 1 %) within ``PREFETCH_BYTES`` for the whole
     group (a step's size known from the first chunk), made in such calls, and never more steps than the runs still
-    need; a single step over ``PREFETCH_BYTES`` is made in line, one step a chunk. Each run's
-    chunk starts at its own step, so runs at different positions (resumed from different checkpoints) are exact;
-    a run restored or leaving drops the chunk sampled ahead, and the next one starts where each run now is."""
+    need; a single step over ``PREFETCH_BYTES`` is made in line, one step a chunk. Each run's chunk starts at its
+    own step, so runs at different positions (resumed from different checkpoints) are exact; a run restored or
+    leaving drops the chunk sampled ahead, and the next one starts where each run now is."""
 
     def __init__(self, streams: list[CounterStream], task: Task, device: torch.device) -> None:
         self.streams, self.task, self.device = streams, task, device
