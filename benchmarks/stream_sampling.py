@@ -2,11 +2,17 @@
 
     python benchmarks/stream_sampling.py [--runs 16] [--batch 64] [--rounds 3] [--seconds 0.3] [--task NAME …] [--json]
 
-Stream 1 is what a run's ``DataStream`` does: ``task.sample`` of one chunk (``CHUNK_EXAMPLES`` examples) with numpy.
-Stream 2 is what a group's ``CounterBatches`` does: ``task.sample_counter`` of one step for ``--runs`` runs of
-``--batch`` examples each, with torch on the CPU. Each task runs at its default settings. Both are timed in the same
-process, interleaved round by round; each figure is the best round's examples per second, and ``ratio`` is stream 2
-over stream 1. (Sampling only: stream 1 also runs on a background thread while the model trains, stream 2 in line.)
+Three figures per task, each the best round's examples per second:
+
+- ``stream1``: what a run's ``DataStream`` does, ``task.sample`` of one chunk (``CHUNK_EXAMPLES`` examples, numpy);
+- ``stream2_chunk``: what a group's ``CounterChunks`` does on a CPU per ``sample_counter`` call, one
+  ``counter_chunk`` of ``counter_call_steps(runs, batch)`` steps for ``--runs`` runs of ``--batch`` examples (about
+  as many examples as stream 1's chunk: the fair comparison);
+- ``stream2_step``: what ``CounterBatches`` does on an accelerator, ``task.sample_counter`` of one step for the runs.
+
+All three are timed in the same process, interleaved round by round; ``chunk_ratio`` and ``step_ratio`` are the
+stream-2 figures over stream 1's. (Sampling only: in training both streams sample their chunks on the data thread
+while the model trains.)
 """
 
 from __future__ import annotations
@@ -19,8 +25,10 @@ import torch
 
 from depthlab.tasks import TASKS
 from depthlab.tasks.counter import Counter, seed_keys
-from depthlab.training.data import CHUNK_EXAMPLES
+from depthlab.training.data import CHUNK_EXAMPLES, counter_call_steps, counter_chunk
 from vmap_vs_run_axis import rate  # examples per second of a step, best kept to one definition
+
+FIGURES = ("stream1", "stream2_chunk", "stream2_step")
 
 
 def main() -> None:
@@ -36,7 +44,8 @@ def main() -> None:
     names = args.task or sorted(TASKS)
     tasks = {name: TASKS[name]() for name in names}
     keys = seed_keys(torch.arange(args.runs))
-    best: dict[str, list[float]] = {name: [0.0, 0.0] for name in names}
+    chunk_steps = counter_call_steps(args.runs, args.batch)
+    best: dict[str, dict[str, float]] = {name: dict.fromkeys(FIGURES, 0.0) for name in names}
     for round_ in range(args.rounds):
         for name, task in tasks.items():
             rng = np.random.default_rng(round_)
@@ -46,21 +55,29 @@ def main() -> None:
                 task.sample_counter(Counter(keys, steps, args.batch))
                 steps += 1
 
-            host = rate(lambda task=task, rng=rng: task.sample(CHUNK_EXAMPLES, rng, "train"), CHUNK_EXAMPLES,
-                        args.seconds)
-            device = rate(counter_step, args.runs * args.batch, args.seconds)  # the first call warms the tables
-            best[name] = [max(best[name][0], host), max(best[name][1], device)]
-    rows = {name: {"stream1_examples_per_s": round(host), "stream2_examples_per_s": round(device),
-                   "ratio": round(device / host, 3)} for name, (host, device) in best.items()}
-    result = {"runs": args.runs, "batch": args.batch, "chunk": CHUNK_EXAMPLES, "rounds": args.rounds,
-              "threads": 1, "tasks": rows}
+            def chunk(task=task, steps=steps) -> None:
+                counter_chunk(task, keys, steps, chunk_steps, args.batch)
+                steps += chunk_steps
+
+            rates = {"stream1": rate(lambda task=task, rng=rng: task.sample(CHUNK_EXAMPLES, rng, "train"),
+                                     CHUNK_EXAMPLES, args.seconds),
+                     # the first call of each warms the task's device tables
+                     "stream2_chunk": rate(chunk, chunk_steps * args.runs * args.batch, args.seconds),
+                     "stream2_step": rate(counter_step, args.runs * args.batch, args.seconds)}
+            best[name] = {figure: max(best[name][figure], rates[figure]) for figure in FIGURES}
+    rows = {name: {**{f"{figure}_examples_per_s": round(value) for figure, value in figures.items()},
+                   "chunk_ratio": round(figures["stream2_chunk"] / figures["stream1"], 3),
+                   "step_ratio": round(figures["stream2_step"] / figures["stream1"], 3)}
+            for name, figures in best.items()}
+    result = {"runs": args.runs, "batch": args.batch, "chunk": CHUNK_EXAMPLES, "stream2_chunk_steps": chunk_steps,
+              "rounds": args.rounds, "threads": 1, "tasks": rows}
     if args.json:
         print(json.dumps(result))
         return
-    print(f"{'task':24} {'stream 1 ex/s':>14} {'stream 2 ex/s':>14} {'2 / 1':>7}")
+    print(f"{'task':24} {'stream 1 ex/s':>14} {'2 chunk ex/s':>14} {'2 step ex/s':>14} {'chunk/1':>8} {'step/1':>7}")
     for name, row in rows.items():
-        print(f"{name:24} {row['stream1_examples_per_s']:>14,} {row['stream2_examples_per_s']:>14,} "
-              f"{row['ratio']:>7.2f}")
+        print(f"{name:24} {row['stream1_examples_per_s']:>14,} {row['stream2_chunk_examples_per_s']:>14,} "
+              f"{row['stream2_step_examples_per_s']:>14,} {row['chunk_ratio']:>8.2f} {row['step_ratio']:>7.2f}")
 
 
 if __name__ == "__main__":

@@ -401,8 +401,9 @@ def test_dyck_corruptions_stay_in_the_language_as_rarely_as_the_budget_assumes(s
 
     task = TASKS["dyck"](**setting)
     counter = Counter(seed_keys(torch.tensor([3])), torch.tensor([1]), 1000)
-    corrupted = task.counter_corruptions(task.counter_positives(counter), counter)
-    assert corrupted.shape == (1, 1000, CORRUPTIONS[min(task.n_types, 2)], task.N)
+    tries = CORRUPTIONS[min(task.n_types, 2)]
+    corrupted = task.counter_corruptions(task.counter_positives(counter), counter, tries)
+    assert corrupted.shape == (1, 1000, tries, task.N)
     assert is_dyck_tensor(corrupted, task.depth).float().mean() <= most
     assert most ** CORRUPTIONS[min(task.n_types, 2)] < 1e-11  # the budget leaves every candidate in it that rarely
 

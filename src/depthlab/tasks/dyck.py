@@ -75,12 +75,25 @@ def matching_opens(opening: torch.Tensor, depth_after: torch.Tensor, depth: int)
     closes. One running maximum per level (k of them), not a loop over positions."""
     import torch
 
-    positions = torch.arange(opening.shape[-1], device=opening.device)
+    positions = torch.arange(opening.shape[-1], dtype=torch.int32, device=opening.device)
     levels = torch.arange(1, depth + 1, device=opening.device)[:, None]  # [k, 1]
     opened = opening[..., None, :] & (depth_after[..., None, :] == levels)  # [..., k, N]: an open reaching ℓ
-    last = torch.where(opened, positions, -1).cummax(-1).values
+    last = running_max(torch.where(opened, positions, -1))
     before = depth_after - torch.where(opening, 1, -1)  # the depth just before each position
-    return last.gather(-2, (before - 1).clamp(0, depth - 1)[..., None, :])[..., 0, :]
+    return last.gather(-2, (before - 1).clamp(0, depth - 1)[..., None, :])[..., 0, :].long()
+
+
+def running_max(values: torch.Tensor) -> torch.Tensor:
+    """``cummax`` of the last axis by doubling (⌈log₂ N⌉ element-wise maxima, in place on its own copy): the same
+    values; on Dyck's corrupted walks (1.3 million int32 values) 5× faster than ``cummax`` on a CPU, whose kernel
+    walks each short row one element at a time."""
+    import torch
+
+    values, shift = values.clone(), 1
+    while shift < values.shape[-1]:
+        values[..., shift:] = torch.maximum(values[..., shift:], values[..., :-shift])
+        shift *= 2
+    return values
 
 
 def is_dyck_tensor(strings: torch.Tensor, depth: int) -> torch.Tensor:
@@ -88,9 +101,9 @@ def is_dyck_tensor(strings: torch.Tensor, depth: int) -> torch.Tensor:
     and ends at 0, and every closing bracket has the kind of the open it matches (:func:`matching_opens`)."""
     import torch
 
-    kind, opening = strings // 2, strings % 2 == 0
+    kind, opening = strings >> 1, (strings & 1) == 0  # token ids are ≥ 0: the shift and mask are // 2 and % 2
     depth_after = torch.where(opening, 1, -1).cumsum(-1)
-    walk = (depth_after >= 0).all(-1) & (depth_after <= depth).all(-1) & (depth_after[..., -1] == 0)
+    walk = (depth_after.amin(-1) >= 0) & (depth_after.amax(-1) <= depth) & (depth_after[..., -1] == 0)
     matched = kind.gather(-1, matching_opens(opening, depth_after, depth).clamp(min=0)) == kind
     return walk & (opening | matched).all(-1)
 
@@ -223,13 +236,14 @@ class BoundedDyck(FixedEvalSet):
         kind = torch.where(closing, kind.gather(-1, opens.clamp(min=0)), kind)
         return 2 * kind + closing
 
-    def counter_corruptions(self, strings: torch.Tensor, counter: Counter) -> torch.Tensor:
-        """:meth:`corrupt`'s first round, ``CORRUPTIONS`` times independently: [R, B, T, N]. Each: k uniform in
+    def counter_corruptions(self, strings: torch.Tensor, counter: Counter, tries: int) -> torch.Tensor:
+        """:meth:`corrupt`'s first round, ``tries`` times independently: [R, B, T, N]. Each: k uniform in
         1 … K = max(1, N/10), the first k of a uniformly random ordered selection of K positions (k distinct
-        positions, uniformly), at each a type swap or a direction flip with probability 1/2."""
+        positions, uniformly), at each a type swap or a direction flip with probability 1/2. Corruption t takes the
+        same lanes of each draw at any ``tries``: the first ones are the same whatever the budget."""
         import torch
 
-        big_n, tries, most = self.N, CORRUPTIONS[min(self.n_types, 2)], max(1, self.N // 10)
+        big_n, most = self.N, max(1, self.N // 10)
         k = 1 + counter.below(most, draw=2, width=tries)[..., None]  # [R, B, T, 1]
         where = counter.distinct(big_n, most, draw=3, rows=tries)  # [R, B, T, K]
         active = torch.arange(most, device=where.device) < k
@@ -247,16 +261,36 @@ class BoundedDyck(FixedEvalSet):
         generator, for a negative the first of ``CORRUPTIONS`` corruptions that leaves the language (the law of
         :meth:`corrupt`'s redraws). Should every corruption stay in the language (below 10⁻¹² per example) the
         example keeps it and is labelled 1: a label is always the string's membership."""
-        from depthlab.tasks.counter import first_true
-
         positive = counter.below(2, draw=0)[..., 0] == 1
         strings = self.counter_positives(counter)
-        corrupted = self.counter_corruptions(strings, counter)
+        if counter.capturable:
+            negative, left = self.first_leaving(strings, counter, CORRUPTIONS[min(self.n_types, 2)])
+            return strings.where(positive[..., None], negative), (positive | ~left).long()
+        # Off a graph: the negatives only, each corrupted once, and all the corruptions only where the first one stays
+        # in the language (at most 1.5 % with two or more types). Corruption t of an example is the same at any
+        # budget (its lanes come first), so these are the values above.
+        strings, label = strings.clone(), positive.clone()
+        negatives = ~positive
+        negative, left = self.first_leaving(strings[negatives][None], counter.rows(negatives), 1)
+        stays = ~left[0]
+        if stays.any():
+            again = negatives.clone()
+            again[negatives] = stays
+            negative[0, stays], left[0, stays] = self.first_leaving(
+                strings[again][None], counter.rows(again), CORRUPTIONS[min(self.n_types, 2)])
+        strings[negatives], label[negatives] = negative[0], ~left[0]
+        return strings, label.long()
+
+    def first_leaving(self, strings: torch.Tensor, counter: Counter, tries: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The first of ``tries`` corruptions of each string [R, B, N] that leaves the language (the first
+        corruption if none does), and whether it left, [R, B]."""
+        from depthlab.tasks.counter import first_true
+
+        corrupted = self.counter_corruptions(strings, counter, tries)
         left = ~is_dyck_tensor(corrupted, self.depth)  # [R, B, T]
         pick = first_true(left)
-        negative = corrupted.gather(-2, pick[..., None].expand(-1, -1, -1, self.N))[..., 0, :]
-        label = positive | left.gather(-1, pick)[..., 0].logical_not()
-        return strings.where(positive[..., None], negative), label.long()
+        kept = corrupted.gather(-2, pick[..., None].expand(-1, -1, -1, self.N))[..., 0, :]
+        return kept, left.gather(-1, pick)[..., 0]
 
     def decode(self, batch: Batch, i: int) -> str:
         return "".join(self.vocab[t] for t in batch.inputs[i]) + " _" + self.labels[int(batch.targets[i])]

@@ -125,9 +125,12 @@ class Memorization(SignedVocabulary):
     def sample_counter(self, counter: Counter) -> tuple[torch.Tensor, torch.Tensor]:
         """``sample``'s distribution from the counter stream: each example one of the N stored examples, uniformly
         (with replacement), read from the dataset's copy on the counter's device."""
+        from depthlab.tasks.counter import take_rows
+
         index = counter.below(self.n_examples, draw=0)[..., 0]  # [R, B]
         tables = self.device_tables
-        return tables.get("inputs", counter.device)[index], tables.get("targets", counter.device)[index]
+        return (take_rows(tables.get("inputs", counter.device), index),
+                take_rows(tables.get("targets", counter.device), index))
 
     def dataset_size(self, split: str = "eval") -> int:
         check_split(split, SPLITS)

@@ -17,26 +17,51 @@ import math
 
 import torch
 
-from depthlab.tasks.counter import Counter, encode_rows, first_true, split_mask
+from depthlab.tasks.counter import Counter, encode_rows, first_true, split_mask, take_rows
 from depthlab.tasks.templates_common import TemplateSpace
 
 
 def sample_sequences(space: TemplateSpace, counter: Counter, tmpl: torch.Tensor, draw: int,
                      exclude: torch.Tensor | None = None) -> torch.Tensor:
     """A training sequence [R, B, *S, l] of template ``tmpl[…]`` ([R, B, *S]) for each, different from ``exclude``
-    [R, B, *S, l] when given; draws ``draw`` and ``draw + 1``."""
+    [R, B, *S, l] when given; draws ``draw`` and ``draw + 1``.
+
+    Off a graph (``counter.capturable`` False) with one sequence per example (no S), one candidate each is drawn,
+    and the whole budget only for the examples whose candidate is rejected: candidate t takes the same lanes of
+    each draw at any budget then, so the values are the fixed budget's."""
     tries = space.max_rounds(counter.batch, "train", exclude is not None)
+    if counter.capturable or tries == 1 or tmpl.dim() > 2:
+        return first_accepted(space, counter, tmpl, draw, exclude, tries)[0]
+    sequences, accepted = first_accepted(space, counter, tmpl, draw, exclude, 1)
+    again = ~accepted
+    if again.any():
+        sequences[again] = first_accepted(space, counter.rows(again), tmpl[again][None], draw,
+                                          None if exclude is None else exclude[again][None], tries)[0][0]
+    return sequences
+
+
+def first_accepted(space: TemplateSpace, counter: Counter, tmpl: torch.Tensor, draw: int,
+                   exclude: torch.Tensor | None, tries: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first accepted of ``tries`` candidates of each (the first candidate where none is), [R, B, *S, l], and
+    whether it was accepted, [R, B, *S]."""
+    table = space.device_tables.get("table", counter.device)
     if space.tabled.all():  # every template's training sequences listed: no injection to draw
-        candidates, tabled = tabled_candidates(space, counter, tmpl, draw, tries)
-        ok = tabled.expand(candidates.shape[:-1])
-    else:
-        candidates, ok = injected_candidates(space, counter, tmpl, draw + 1, tries)
-        if space.tabled.any():
-            from_table, tabled = tabled_candidates(space, counter, tmpl, draw, tries)
-            candidates, ok = torch.where(tabled[..., None], from_table, candidates), ok | tabled
+        picks, tabled = table_picks(space, counter, tmpl, draw, tries)
+        ok = tabled.expand(picks.shape)
+        if exclude is not None:  # the table's rows are sequences, each one code: compare codes, copy the pick only
+            codes = encode_rows(table, space.n_symbols)
+            ok = ok & (codes[picks] != encode_rows(exclude, space.n_symbols)[..., None])
+        first = first_true(ok)
+        return take_rows(table, picks.gather(-1, first)[..., 0]), ok.gather(-1, first)[..., 0]
+    candidates, ok = injected_candidates(space, counter, tmpl, draw + 1, tries)
+    if space.tabled.any():
+        picks, tabled = table_picks(space, counter, tmpl, draw, tries)
+        candidates, ok = torch.where(tabled[..., None], take_rows(table, picks), candidates), ok | tabled
     if exclude is not None:
         ok = ok & (candidates != exclude[..., None, :]).any(-1)
-    return candidates.gather(-2, first_true(ok)[..., None].expand(*tmpl.shape, 1, space.l))[..., 0, :]
+    first = first_true(ok)
+    return (candidates.gather(-2, first[..., None].expand(*tmpl.shape, 1, space.l))[..., 0, :],
+            ok.gather(-1, first)[..., 0])
 
 
 def injected_candidates(space: TemplateSpace, counter: Counter, tmpl: torch.Tensor, draw: int,
@@ -60,14 +85,13 @@ def injected_candidates(space: TemplateSpace, counter: Counter, tmpl: torch.Tens
     return candidates, valid & ~held
 
 
-def tabled_candidates(space: TemplateSpace, counter: Counter, tmpl: torch.Tensor, draw: int,
-                      tries: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``tries`` candidates [R, B, *S, T, l] drawn uniformly from each template's table of training sequences
-    (meaningless where a template has no table), and whether it has one, [R, B, *S, 1]."""
+def table_picks(space: TemplateSpace, counter: Counter, tmpl: torch.Tensor, draw: int,
+                tries: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``tries`` candidates [R, B, *S, T] drawn uniformly from each template's table of training sequences, as
+    rows of the table (meaningless where a template has no table), and whether it has one, [R, B, *S, 1]."""
     tables, device = space.device_tables, counter.device
     counts = tables.get("counts", device)[tmpl][..., None]  # -1: not tabled
     local = counter.below(counts.clamp(min=1).expand(*tmpl.shape, tries).flatten(2), draw,
                           math.prod(tmpl.shape[2:]) * tries)
     pick = local.view(*tmpl.shape, tries) + tables.get("offsets", device)[tmpl][..., None]
-    table = tables.get("table", device)
-    return table[pick.clamp(max=len(table) - 1)], counts >= 0
+    return pick.clamp(max=len(tables.arrays["table"]) - 1), counts >= 0

@@ -6,7 +6,8 @@ background thread while the model trains (one thread per process, re-created aft
 run's batches do not depend on prefetching, and a checkpoint's stream state resumes them exactly. A group moves
 each chunk to its device once (``GroupBatches``), and a step indexes into the chunks there. That is stream
 version 1, the default. Stream version 2 (``train.stream: 2``) makes every batch on the group's device from a
-counter-based generator keyed by (run seed, step, example) (``CounterStream``, ``CounterBatches``).
+counter-based generator keyed by (run seed, step, example) (``CounterStream``): in the step on an accelerator
+(``CounterBatches``), a chunk of steps ahead on the same background thread on a CPU (``CounterChunks``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import torch
 
 from ..tasks import Batch, Task
 from ..tasks.counter import Counter, seed_keys
-from .device import copy_to, to_device
+from .device import copy_to, samples_ahead, to_device
 
 EXHAUSTIVE_EVAL_LIMIT = 400_000  # evaluate on the whole dataset when it has at most this many examples
 SAMPLED_EVAL_EXAMPLES = 20_000  # otherwise on this many held-out examples, the same for every run
@@ -172,8 +173,8 @@ class CounterStream:
 
     steps_per_chunk = 1  # what a checkpoint's stream position is checked against
 
-    def __init__(self, seed: int, batch_size: int) -> None:
-        self.seed, self.batch_size, self.drawn = seed, batch_size, 0
+    def __init__(self, seed: int, batch_size: int, batches: int | None = None) -> None:
+        self.seed, self.batch_size, self.batches, self.drawn = seed, batch_size, batches, 0
 
     def state(self) -> dict[str, Any]:
         return {"drawn": self.drawn, "pos": 0}
@@ -190,7 +191,7 @@ def data_stream(task: Task, seed: int, batch_size: int, batches: int | None = No
     """A run's training data: fresh examples every step, or a fixed set of ``examples`` cycled; from the host's
     numpy generator (stream version 1) or the counter-based one on the device (version 2)."""
     if version == 2:
-        return CounterStream(seed, batch_size)
+        return CounterStream(seed, batch_size, batches)
     if examples is None:
         return DataStream(task, seed, batch_size, batches)
     return FixedDataStream(task, seed, batch_size, examples, batches)
@@ -233,10 +234,135 @@ class CounterBatches:
         self.keys, self.steps = self.keys[index], self.steps[index]
 
 
-def group_batches(streams: list, task: Task, device: torch.device) -> GroupBatches | CounterBatches:
+def counter_call_steps(runs: int, batch_size: int) -> int:
+    """Steps per ``sample_counter`` call of stream 2 made ahead: about ``CHUNK_EXAMPLES`` examples of the whole group
+    (a larger call is no faster per example on a CPU, and its intermediates leave the caches)."""
+    return max(1, CHUNK_EXAMPLES // max(1, runs * batch_size))
+
+
+def counter_chunk(task: Task, keys: torch.Tensor, starts: torch.Tensor, steps: int, batch_size: int,
+                  per_call: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stream 2's batches of steps starts[r] … starts[r] + steps − 1 for every run r (``keys``: :func:`seed_keys`
+    of the runs' seeds): inputs and targets [steps, R, batch, …], in ``sample_counter`` calls of ``per_call`` steps
+    (all at once by default), step c of run r in row c·R + r of its call. Made off any graph (``capturable=False``):
+    a sampler may redraw only where it needs to."""
+    per_call = per_call or steps
+    parts = []
+    for first in range(0, steps, per_call):
+        count = min(per_call, steps - first)
+        ahead = (starts + torch.arange(first, first + count, dtype=torch.int64, device=starts.device)[:, None])
+        inputs, targets = task.sample_counter(Counter(keys.repeat(count), ahead.flatten(), batch_size,
+                                                      capturable=False))
+        parts.append((inputs.unflatten(0, (count, -1)), targets.unflatten(0, (count, -1))))
+    if len(parts) == 1:
+        return parts[0]
+    return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+
+
+class CounterChunks:
+    """A group's batches of stream version 2 on a CPU, made ahead: a chunk of steps for every run at once
+    (:func:`counter_chunk`), the next chunk on the data thread while the model trains (as stream 1 does).
+
+    Every value is a function of (run seed, step, example, draw, lane), so C steps are one ``sample_counter`` call
+    over the R × C (key, step) pairs, step c of run r in row c·R + r, reshaped to [C, R, batch, …]: bit for bit the
+    C one-step calls of :class:`CounterBatches` (``tests/test_counter_chunks.py``). The first chunk is one call of
+    about ``CHUNK_EXAMPLES`` examples (:func:`counter_call_steps`), made in line; each later one holds as many steps
+    as a run's chunk of stream 1 (``CHUNK_EXAMPLES`` examples per run: a long horizon for the data thread; 8 steps at
+    16 runs left the step waiting 3 % of the time, 64 steps under 1 %) within ``PREFETCH_BYTES`` for the whole
+    group (a step's size known from the first chunk), made in such calls, and never more steps than the runs still
+    need; a single step over ``PREFETCH_BYTES`` is made in line, one step a chunk. Each run's chunk starts at its
+    own step, so runs at different positions (resumed from different checkpoints) are exact; a run restored or
+    leaving drops the chunk sampled ahead, and the next one starts where each run now is."""
+
+    def __init__(self, streams: list[CounterStream], task: Task, device: torch.device) -> None:
+        self.streams, self.task, self.device = streams, task, device
+        self.keys = seed_keys(torch.tensor([s.seed for s in streams], dtype=torch.int64, device=device))
+        # each run's step at the start of the chunk in use (its next step while there is none): no tensor op a step
+        self.starts = torch.tensor([s.drawn for s in streams], dtype=torch.int64, device=device)
+        self.batch_size = streams[0].batch_size if streams else 1
+        self.steps_per_chunk = max(1, CHUNK_EXAMPLES // self.batch_size)  # at most: a run's chunk of stream 1
+        self.steps_per_call = counter_call_steps(len(streams), self.batch_size)
+        self.step_bytes: int | None = None  # one step's batches for the group, known from the first chunk
+        self.chunk: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.pos = 0
+        self.pending: Future | None = None
+        self.ahead_rows: torch.Tensor | None = None  # the runs kept since the chunk ahead was asked for
+
+    @property
+    def steps(self) -> torch.Tensor:
+        """Each run's next step [R]."""
+        return self.starts + self.pos
+
+    def _chunk_steps(self) -> int:
+        """Steps of the next chunk: one call's first, then as many as a run's chunk of stream 1 within
+        ``PREFETCH_BYTES`` for the group's chunk (at least one)."""
+        if self.step_bytes is None:
+            return min(self.steps_per_call, self.steps_per_chunk)
+        return max(1, min(self.steps_per_chunk, PREFETCH_BYTES // self.step_bytes))
+
+    def _left(self, starts: torch.Tensor) -> int:
+        """Steps the group still needs from ``starts`` (the most any run needs; a chunk's worth if unknown)."""
+        if any(s.batches is None for s in self.streams):
+            return self.steps_per_chunk
+        return max(s.batches for s in self.streams) - int(starts.min())
+
+    def _refill(self) -> None:
+        starts = self.steps
+        if self.pending is not None:
+            inputs, targets = self.pending.result()
+            rows, self.pending, self.ahead_rows = self.ahead_rows, None, None
+            self.chunk = (inputs, targets) if rows is None else (inputs[:, rows], targets[:, rows])
+        else:
+            steps = max(1, min(self._chunk_steps(), self._left(starts)))
+            self.chunk = counter_chunk(self.task, self.keys, starts, steps, self.batch_size, self.steps_per_call)
+            self.step_bytes = self.step_bytes or max(1, sum(t.nbytes for t in self.chunk) // steps)
+        self.starts, self.pos = starts, 0
+        ahead = starts + len(self.chunk[0])
+        steps = min(self._chunk_steps(), self._left(ahead))
+        if steps > 0 and steps * self.step_bytes <= PREFETCH_BYTES:
+            self.pending = _prefetcher().submit(counter_chunk, self.task, self.keys, ahead, steps, self.batch_size,
+                                                self.steps_per_call)
+
+    def next(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every run's next batch: inputs [runs, batch, …] and targets [runs, batch] (views into the chunk)."""
+        if self.chunk is None or self.pos == len(self.chunk[0]):
+            self._refill()
+        inputs, targets = self.chunk[0][self.pos], self.chunk[1][self.pos]
+        self.pos += 1
+        for stream in self.streams:
+            stream.drawn += 1
+        return inputs, targets
+
+    def close(self) -> None:
+        """Drop the chunks: the next batch is sampled from where each run now is (the one sampled ahead is waited
+        for, or cancelled: the task is the data thread's until then)."""
+        if self.pending is not None and not self.pending.cancel():
+            self.pending.result()
+        self.starts, self.pos = self.steps, 0
+        self.chunk, self.pending, self.ahead_rows = None, None, None
+
+    def reload(self, r: int) -> None:
+        """Run r's stream was restored (from a checkpoint): its counter continues from there."""
+        self.close()
+        self.starts[r] = self.streams[r].drawn
+
+    def select_runs(self, keep: list[int]) -> None:
+        """Keep the runs at ``keep``: their columns of the chunk in use, and of the one sampled ahead when it comes."""
+        if not keep:
+            self.close()
+        index = torch.tensor(keep, dtype=torch.long, device=self.device)
+        self.streams = [self.streams[r] for r in keep]
+        self.keys, self.starts = self.keys[index], self.starts[index]
+        if self.chunk is not None:
+            self.chunk = (self.chunk[0][:, index], self.chunk[1][:, index])
+        if self.pending is not None:
+            self.ahead_rows = index if self.ahead_rows is None else self.ahead_rows[index]
+
+
+def group_batches(streams: list, task: Task, device: torch.device) -> GroupBatches | CounterBatches | CounterChunks:
     """A group's batches for its runs' streams (all of one version: the version is part of the group key)."""
     if streams and isinstance(streams[0], CounterStream):
-        return CounterBatches(streams, task, device)
+        return (CounterChunks if samples_ahead(device) else CounterBatches)(streams, task, device)
     return GroupBatches(streams, device)
 
 

@@ -133,6 +133,13 @@ def copy_to(destination: torch.Tensor, array: np.ndarray) -> None:
         destination.copy_(source.pin_memory(), non_blocking=True)
 
 
+def samples_ahead(device: torch.device) -> bool:
+    """Whether stream 2's batches are made ahead of the step, a chunk of steps at a time on the data thread: on a
+    CPU, where sampling in line would hold up the step's own work; on an accelerator the batch is made in the step,
+    inside its captured graph."""
+    return device.type == "cpu"
+
+
 def profiler_activities(device: torch.device) -> list[torch.profiler.ProfilerActivity]:
     """What ``torch.profiler`` records for a step on ``device``: host operations, and the GPU's kernels."""
     activities = [torch.profiler.ProfilerActivity.CPU]
