@@ -97,6 +97,7 @@ class GroupOptimizer:
         self.lr = torch.tensor(lrs, dtype=torch.float64, device=device)
         self.span = self.lr - lr_min  # what a decaying schedule takes away from each run's rate
         self.steps = torch.zeros(len(lrs), dtype=torch.float64, device=device)  # bias corrections need float64
+        self.compiled_update = None
         self._build(params)
 
     def _build(self, params: list[torch.nn.Parameter]) -> None:
@@ -166,10 +167,33 @@ class GroupOptimizer:
         for coef in self.coef.values():
             coef.view(4, -1).copy_(self.coef64)  # one cast per dtype
 
+    def compile(self, backend: str | None) -> None:
+        """Compile the update (clipping, the per-run factors and every buffer's arithmetic) with ``torch.compile``
+        and this ``backend`` (``train.compile``), or go back to the eager update (None).
+
+        The fused optimizer: Inductor fuses each buffer's handful of element-wise operations into a kernel or two.
+        The per-run rates and step counts are tensors on the device (inputs of the compiled graph, not constants),
+        so a new step needs no recompile and a CUDA graph replays it. Shapes: static at first (the group's full
+        size, the one most steps see, gets specialised kernels); when runs leave, TorchDynamo's automatic dynamic
+        shapes recompile once with the run axis symbolic, which serves every later group size (but 1) without
+        another recompile. The class's function, not a bound method: no reference cycle through ``self``."""
+        self.compiled_update = None if backend is None else torch.compile(GroupOptimizer.update, backend=backend,
+                                                                          dynamic=None)
+
     @torch.no_grad()
     def step(self) -> None:
         for flat in self.flats:
             flat.adopt_grads()
+        if self.compiled_update is None:
+            self.update()
+        else:
+            self.compiled_update(self)
+        for flat in self.flats:
+            flat.release_grads()  # the buffer held scratch: no stale gradient is left to read
+
+    @torch.no_grad()
+    def update(self) -> None:
+        """This step's update of every buffer, from the gradients in them (what :meth:`compile` compiles)."""
         if self.grad_clip is not None:
             self.clip()
         self._coefficients()
@@ -192,8 +216,6 @@ class GroupOptimizer:
                 # p - step_size · m / (sqrt(v) / sqrt(1 - b2^t) + eps), the step size folded into the
                 # denominator, which is written over the gradient (read for the last time above)
                 p.addcdiv_(m, torch.sqrt(v, out=g).div_(b).add_(self.eps).div_(a))
-        for flat in self.flats:
-            flat.release_grads()  # the buffer held scratch: no stale gradient is left to read
 
     def zero_grad(self) -> None:
         """Zero every gradient (one operation per dtype); autograd then adds into the buffer's views."""
