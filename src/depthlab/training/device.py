@@ -14,7 +14,8 @@ bfloat16 on either device. No other module of depthlab's training path names CUD
 CUDA graphs (``train.cuda_graph``, :class:`GraphedStep`): on CUDA a group's whole training step (forward, loss,
 backward, the optimizer, the train metrics' sums) is captured once after a few warm-up steps and replayed at
 every later step, one launch instead of hundreds; the batch is copied into the graph's input buffers first,
-evaluation and logging run outside it, and a group whose runs change captures again.
+evaluation and logging run outside it, and a group whose runs change captures again. A compiled step
+(``train.compile``) is compiled in the warm-up steps, then captured the same way (compile, then capture).
 """
 
 from __future__ import annotations
@@ -189,8 +190,9 @@ class GraphedStep:
     the same memory every call (forward, loss, backward, optimizer, metric sums into tensors that live across
     steps), no host synchronisation. The first ``warmup`` calls run it eagerly on a side stream (lazy
     initialisations — cuBLAS handles, autograd's streams — happen outside the capture); the next call copies its
-    inputs into static buffers, captures ``step`` on them on that same stream (recorded, not run) and replays the
-    graph; every later call copies its inputs into the buffers and replays. :meth:`reset` (the tensors the step
+    inputs into static buffers, captures ``step`` on them on that same stream (recorded, not run; a step compiled
+    with ``torch.compile`` has compiled in its warm-up calls, and may not compile during the capture) and replays
+    the graph; every later call copies its inputs into the buffers and replays. :meth:`reset` (the tensors the step
     touches were replaced: runs left the group) starts over with warm-up and a new capture. A capture that fails (an
     operation a graph cannot hold) runs that call's step eagerly and leaves ``failure`` set, one line: the caller
     then trains eagerly. The step is passed at each call, not kept: a group holding a GraphedStep that held the
