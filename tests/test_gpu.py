@@ -14,7 +14,7 @@ from depthlab.sweeps.devices import train_on_devices
 from depthlab.sweeps.local import plan_groups, run_local
 from depthlab.training import engine
 from depthlab.training.checkpoint import WEIGHTS, load_checkpoint
-from depthlab.training.device import gpus_for
+from depthlab.training.device import COMPILED_WARMUP_STEPS, GRAPH_WARMUP_STEPS, gpus_for
 from depthlab.training.opcount import count_case
 from depthlab.training.throughput import CASES, bench_configs
 
@@ -90,14 +90,7 @@ def test_a_cuda_graph_step_trains_as_the_eager_step_over_50_steps(tmp_path, mode
     """Issue 29: the whole step captured once (after its warm-up steps) and replayed gives the eager step's
     weights and train sums within 1e-5, with clipping, warm-up and weight decay in the step; a cosine schedule's
     rate (issue 43) is device state the replayed graph updates, as the eager step does."""
-    extra = {"steps": 100, "grad_clip": 1.0, "warmup_steps": 10, "weight_decay": 0.1, "schedule": schedule}
-    groups = {}
-    for mode in ("off", "on"):
-        configs = [parse_run({**RUN, "model": model, "train": {**RUN["train"], **extra, "cuda_graph": mode},
-                              "seed": s}) for s in range(3)]
-        groups[mode] = group = _group(tmp_path / mode, configs)
-        for _ in range(50):
-            group.step()
+    groups = _off_and_on(tmp_path, model, "cuda_graph", schedule=schedule)
     assert groups["on"].step_mode() == "cuda graph (captured 1 time)"
     assert groups["off"].step_mode() == "eager (train.cuda_graph: off)"
     for a, b in zip(groups["off"].model.parameters(), groups["on"].model.parameters(), strict=True):
@@ -105,9 +98,23 @@ def test_a_cuda_graph_step_trains_as_the_eager_step_over_50_steps(tmp_path, mode
     torch.testing.assert_close(groups["on"].sums, groups["off"].sums, rtol=1e-5, atol=1e-5)
 
 
-def test_cuda_graph_replays_never_wait_for_the_gpu(tmp_path):
-    group = _group(tmp_path, runs(steps=20, cuda_graph="on"))
-    for _ in range(5):  # three warm-up steps, the capture, a replay
+def _off_and_on(tmp_path, model: dict, field: str, **train) -> dict[str, engine.Group]:
+    """Two groups of three runs trained 50 steps, ``train.<field>`` off and on, with clipping, warm-up and weight
+    decay in the step."""
+    extra = {"steps": 100, "grad_clip": 1.0, "warmup_steps": 10, "weight_decay": 0.1, **train}
+    groups = {}
+    for mode in ("off", "on"):
+        configs = [parse_run({**RUN, "model": model, "train": {**RUN["train"], **extra, field: mode}, "seed": s})
+                   for s in range(3)]
+        groups[mode] = group = _group(tmp_path / mode, configs)
+        for _ in range(50):
+            group.step()
+    return groups
+
+
+def _replays_never_wait(group: engine.Group, warmup: int) -> None:
+    """After ``warmup`` warm-up steps, the capture and a replay, three more replays make no host synchronisation."""
+    for _ in range(warmup + 2):
         group.step()
     assert group.graphed is not None and group.graphed.captures == 1
     torch.cuda.set_sync_debug_mode("error")
@@ -116,6 +123,10 @@ def test_cuda_graph_replays_never_wait_for_the_gpu(tmp_path):
             group.step()
     finally:
         torch.cuda.set_sync_debug_mode("default")
+
+
+def test_cuda_graph_replays_never_wait_for_the_gpu(tmp_path):
+    _replays_never_wait(_group(tmp_path, runs(steps=20, cuda_graph="on")), GRAPH_WARMUP_STEPS)
 
 
 def test_a_dropped_graphed_group_gives_its_gpu_memory_back_at_once(tmp_path):
@@ -189,14 +200,7 @@ def test_a_compiled_and_captured_step_trains_as_the_captured_eager_step_over_50_
     update compiled over its flat buffers, all in one CUDA graph replayed from step 6 on. 50 steps give the captured
     eager step's weights within 1e-3 (relative; 1e-4 absolute: Inductor's fused kernels round in other orders, TF32
     products in both) and its train sums within 1e-4."""
-    extra = {"steps": 100, "grad_clip": 1.0, "warmup_steps": 10, "weight_decay": 0.1, "cuda_graph": "on"}
-    groups = {}
-    for mode in ("off", "on"):
-        configs = [parse_run({**RUN, "model": model, "train": {**RUN["train"], **extra, "compile": mode},
-                              "seed": s}) for s in range(3)]
-        groups[mode] = group = _group(tmp_path / mode, configs)
-        for _ in range(50):
-            group.step()
+    groups = _off_and_on(tmp_path, model, "compile", cuda_graph="on")
     assert groups["on"].step_mode() == "cuda graph + compiled (inductor; captured 1 time)"
     assert groups["off"].step_mode() == "cuda graph (captured 1 time)"
     _close_but_the_key_bias(groups["off"], groups["on"], 1e-3, 1e-4)
@@ -205,15 +209,8 @@ def test_a_compiled_and_captured_step_trains_as_the_captured_eager_step_over_50_
 
 def test_compiled_replays_never_wait_for_the_gpu(tmp_path):
     group = _group(tmp_path, runs(steps=20, cuda_graph="on", compile="on"))
-    for _ in range(7):  # five warm-up steps (the compile among them), the capture, a replay
-        group.step()
-    assert group.graphed is not None and group.graphed.captures == 1 and group.compiling
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        for _ in range(3):
-            group.step()
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
+    _replays_never_wait(group, COMPILED_WARMUP_STEPS)  # the compile is in the first warm-up step
+    assert group.compiling
 
 
 def test_a_compiled_group_whose_runs_leave_recompiles_in_its_warm_up_and_captures_again(tmp_path):
