@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 
 import torch
 
@@ -97,7 +98,7 @@ class GroupOptimizer:
         self.lr = torch.tensor(lrs, dtype=torch.float64, device=device)
         self.span = self.lr - lr_min  # what a decaying schedule takes away from each run's rate
         self.steps = torch.zeros(len(lrs), dtype=torch.float64, device=device)  # bias corrections need float64
-        self.compiled_update = None
+        self.compiled: tuple[Callable[[GroupOptimizer], None], ...] | None = None
         self._build(params)
 
     def _build(self, params: list[torch.nn.Parameter]) -> None:
@@ -168,34 +169,35 @@ class GroupOptimizer:
             coef.view(4, -1).copy_(self.coef64)  # one cast per dtype
 
     def compile(self, backend: str | None) -> None:
-        """Compile the update (clipping, the per-run factors and every buffer's arithmetic) with ``torch.compile``
-        and this ``backend`` (``train.compile``), or go back to the eager update (None).
+        """Compile the update (clipping, then the per-run factors and every buffer's arithmetic) with
+        ``torch.compile`` and this ``backend`` (``train.compile``), or go back to the eager update (None).
 
         The fused optimizer: Inductor fuses each buffer's handful of element-wise operations into a kernel or two.
         The per-run rates and step counts are tensors on the device (inputs of the compiled graph, not constants),
         so a new step needs no recompile and a CUDA graph replays it. Shapes: static at first (the group's full
         size, the one most steps see, gets specialised kernels); when runs leave, TorchDynamo's automatic dynamic
         shapes recompile once with the run axis symbolic, which serves every later group size (but 1) without
-        another recompile. The class's function, not a bound method: no reference cycle through ``self``."""
-        self.compiled_update = None if backend is None else torch.compile(GroupOptimizer.update, backend=backend,
-                                                                          dynamic=None)
+        another recompile. The class's functions, not bound methods: no reference cycle through ``self``. Clipping
+        is compiled on its own: Inductor's C++ backend (the CPU's) fails to compile a row reduction (the clipping
+        norm) fused with the buffers' in-place updates after it (``KeyError: 'bufN'``, pytorch/pytorch#196570); on
+        a GPU both graphs are inside the step's one CUDA graph anyway."""
+        self.compiled = None if backend is None else tuple(
+            torch.compile(fn, backend=backend, dynamic=None) for fn in (GroupOptimizer.clip, GroupOptimizer.update))
 
     @torch.no_grad()
     def step(self) -> None:
         for flat in self.flats:
             flat.adopt_grads()
-        if self.compiled_update is None:
-            self.update()
-        else:
-            self.compiled_update(self)
+        clip, update = self.compiled or (GroupOptimizer.clip, GroupOptimizer.update)
+        if self.grad_clip is not None:
+            clip(self)
+        update(self)
         for flat in self.flats:
             flat.release_grads()  # the buffer held scratch: no stale gradient is left to read
 
     @torch.no_grad()
     def update(self) -> None:
-        """This step's update of every buffer, from the gradients in them (what :meth:`compile` compiles)."""
-        if self.grad_clip is not None:
-            self.clip()
+        """This step's update of every buffer, from the (clipped) gradients in them (compiled by :meth:`compile`)."""
         self._coefficients()
         for flat in self.flats:
             _, a, b, c = self.rows[flat.dtype]
