@@ -174,7 +174,37 @@ def test_auto_resumes_in_the_mode_its_checkpoint_trained_in(tmp_path, traced):
     for a, b in zip(first.model.parameters(), resumed.model.parameters(), strict=True):
         assert torch.equal(a, b)
     plain = group(Store(tmp_path / "plain"), configs(ATTENTION_ONLY, (0,)))
-    plain.save(0)  # an eager run's checkpoint says eager: auto resumes it eagerly
+    plain.save(0)  # an eager run's checkpoint says eager: auto resumes it eagerly (as auto is on a CPU anyway)
     again = group(Store(tmp_path / "plain"), configs(ATTENTION_ONLY, (0,), compile="auto"))
     again.resume(0)
-    assert not again.compiling and again.step_mode().endswith("train.compile auto: eager, as before its checkpoint")
+    assert not again.compiling and again.step_mode() == "eager (cpu)"
+
+
+@pytest.mark.parametrize("eager_s, compiled_s, chosen", [(2.0, 1.0, "on"), (1.0, 3.0, "off")])
+def test_auto_s_trial_times_each_captured_step_and_keeps_the_faster(monkeypatch, eager_s, compiled_s, chosen):
+    """The trial's bookkeeping (``compile_choice.CompileTrial``), with a clock that advances by a step's time: warm-up
+    steps are not timed, ``TRIAL_STEPS`` replays of the eager step are, then the switch to the compiled step, its
+    replays, and the choice; a recapture mid-timing (runs left) times that mode again."""
+    from depthlab.training import compile_choice
+
+    now = [0.0]
+    monkeypatch.setattr(compile_choice.time, "perf_counter", lambda: now[0])
+    trial = compile_choice.CompileTrial(torch.device("cpu"), steps=4)
+
+    def steps(replays: int, seconds: float, warmups: int) -> list[str | None]:
+        switches = []
+        for replaying in [False] * warmups + [True] * replays:
+            trial.before(replaying)
+            now[0] += seconds
+            switches.append(trial.after(replaying))
+        return switches
+
+    assert steps(2, eager_s, warmups=4) == [None] * 6
+    trial.restart()  # runs left: the eager step is captured again and timed from its next replay
+    assert steps(4, eager_s, warmups=4) == [None] * 7 + ["on"]
+    assert trial.chosen is None and trial.seconds == {"off": eager_s}
+    assert steps(4, compiled_s, warmups=6) == [None] * 9 + [None if chosen == "on" else "off"]
+    assert trial.chosen == chosen and trial.metrics() == {"step_ms_eager": eager_s * 1e3,
+                                                          "step_ms_compiled": compiled_s * 1e3}
+    assert trial.summary().startswith(f"train.compile auto chose {'compiled' if chosen == 'on' else 'eager'} (eager ")
+    assert steps(3, 9.0, warmups=0) == [None] * 3  # chosen: nothing is timed any more

@@ -147,7 +147,10 @@ class Group:
 
     def keep_mode(self, compiled: bool) -> None:
         """``train.compile: auto`` resuming a run: continue in the mode its checkpoint trained in, without a trial
-        (the compiled step rounds differently from the eager one)."""
+        (the compiled step rounds differently from the eager one). Nothing to say where nothing changes: ``auto``
+        is off here (a CPU) and the run trained eagerly."""
+        if self.trial is None and compiled == self.compiling:
+            return
         self.trial = None
         self.compile_note = f"train.compile auto: {'compiled' if compiled else 'eager'}, as before its checkpoint"
         if compiled != self.compiling:
@@ -381,9 +384,9 @@ class Group:
                 f"delete {run.folder} to start the run again from step 0"
             ) from None
         run.step = step
-        run.final = bool(meta.get("final", False))
+        run.final = bool(meta.get("final", False))  # the run's own final word (the owner was checked)
         if self.train.compile == "auto" and isinstance(meta.get("compiled"), bool):
-            self.keep_mode(meta["compiled"])  # the run's own final word (the owner was checked)
+            self.keep_mode(meta["compiled"])
 
 
 TERMINAL = ("done", "diverged")  # a re-run skips these: their outcome is recorded and would not change
