@@ -160,7 +160,11 @@ class Group:
         """:meth:`batch_losses`, compiled when ``train.compile`` is on."""
         if self.compiled_losses is None:
             return self.batch_losses(x, y)
-        return self.compiled_losses(self, x, y)
+        # The parameters' run axis may become dynamic too: TorchDynamo keeps a parameter's shape static by default,
+        # and the batch's run axis, bound to it, would then recompile at every group size (past its recompile limit
+        # the forward would run uncompiled); so, as the optimizer's buffers do, one recompile serves every size.
+        with torch._dynamo.config.patch(force_parameter_static_shapes=False):
+            return self.compiled_losses(self, x, y)
 
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Every run's next batch on the device (inputs, targets [runs, batch, …]); the time it took is counted."""

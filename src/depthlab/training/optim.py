@@ -120,10 +120,9 @@ class GroupOptimizer:
         self.rows = {dtype: c.unbind(0) for dtype, c in self.coef.items()}
         self.zero_grad()
 
-    @torch.no_grad()
     def clip(self) -> None:
         """Scale each run's gradient so that its global norm (over all its parameters) is at most grad_clip,
-        as ``torch.nn.utils.clip_grad_norm_`` computes it: min(clip / (norm + 1e-6), 1)."""
+        as ``torch.nn.utils.clip_grad_norm_`` computes it: min(clip / (norm + 1e-6), 1) (called by :meth:`step`)."""
         norms = [torch.linalg.vector_norm(flat.grad, dim=1) for flat in self.flats]
         if len(norms) > 1:  # parameters of several dtypes: the norm of the per-dtype norms
             norms = [torch.linalg.vector_norm(torch.stack([n.to(self.lr.dtype) for n in norms]), dim=0)]
@@ -195,9 +194,11 @@ class GroupOptimizer:
         for flat in self.flats:
             flat.release_grads()  # the buffer held scratch: no stale gradient is left to read
 
-    @torch.no_grad()
     def update(self) -> None:
-        """This step's update of every buffer, from the (clipped) gradients in them (compiled by :meth:`compile`)."""
+        """This step's update of every buffer, from the (clipped) gradients in them (compiled by :meth:`compile`).
+        Like :meth:`clip`, called by :meth:`step` only, under its ``no_grad``: not decorated with it themselves,
+        for the decorator's wrapper would be the one code object TorchDynamo compiles for both, and their cache
+        entries (two per group size) would fill its recompile limit, after which it runs them uncompiled."""
         self._coefficients()
         for flat in self.flats:
             _, a, b, c = self.rows[flat.dtype]
