@@ -3,9 +3,10 @@
 A group whose step is replayed as a CUDA graph trains its first steps eagerly (warm-up, capture), then times
 :data:`TRIAL_STEPS` replays of the captured eager step, switches to the compiled step (warm-up, where it compiles,
 and a new capture), times as many replays of it, and keeps the faster: the compiled step stays, or the eager one is
-captured again. Each timing is the wall time of the replays between two synchronisations of the device, divided by
-their number: the GPU's time per step, its batch copies included, as training spends it. Every timed step is a
-real training step (nothing is run twice). A group whose runs change during a timing (runs left: the graph is
+captured again. Each replay timed is the wall time between a synchronisation of the device before it and one after
+it (the step's launch, its batch copy and the GPU's work; not the evaluation and logging between steps), and a
+mode's time is their mean. The synchronisations are the trial's only (its 40 steps); every timed step is a real
+training step (nothing is run twice). A group whose runs change during a timing (runs left: the graph is
 captured again) times that mode again from its next capture.
 
 The choice is the run's: the compiled step differs from the eager one in float rounding, so a run checkpointed and
@@ -31,12 +32,13 @@ class CompileTrial:
         self.trying = "off"  # the eager step first: it needs no compile, and its capture is the one most tested
         self.seconds: dict[str, float] = {}  # seconds a step, by mode (off, on)
         self.timed = 0
+        self.elapsed = 0.0  # seconds of the replays timed so far in this mode
         self.started = 0.0
         self.chosen: str | None = None
 
     def before(self, replaying: bool) -> None:
-        """Called before a step: a replay that starts a timing starts the clock (after the queued work)."""
-        if self.chosen is None and replaying and self.timed == 0:
+        """Called before a step: a replay to be timed starts the clock (after the work already queued)."""
+        if self.chosen is None and replaying:
             synchronize(self.device)
             self.started = time.perf_counter()
 
@@ -44,12 +46,13 @@ class CompileTrial:
         """Called after a step (``replayed``: it was a replay); the mode to switch to now, if any."""
         if self.chosen is not None or not replayed:
             return None
+        synchronize(self.device)
+        self.elapsed += time.perf_counter() - self.started
         self.timed += 1
         if self.timed < self.steps:
             return None
-        synchronize(self.device)
-        self.seconds[self.trying] = (time.perf_counter() - self.started) / self.steps
-        self.timed = 0
+        self.seconds[self.trying] = self.elapsed / self.steps
+        self.restart()
         if self.trying == "off":
             self.trying = "on"
             return "on"
@@ -58,7 +61,7 @@ class CompileTrial:
 
     def restart(self) -> None:
         """The graph was captured again mid-timing (runs left): time this mode again from its next replay."""
-        self.timed = 0
+        self.timed, self.elapsed = 0, 0.0
 
     def metrics(self) -> dict[str, float]:
         """Milliseconds a step of each mode timed (the final metrics' ``step_ms_eager``, ``step_ms_compiled``)."""
