@@ -208,8 +208,8 @@ class Group:
         if self.graphed is not None and self.graphed.failure is not None:
             if self.compiling:  # the compiled step could not be captured: capture the eager one instead
                 self.drop_compile(f"its CUDA graph capture failed: {self.graphed.failure}")
-            else:  # eager from now on, and say why
-                self.eager_because, self.graphed = self.graphed.mode(), None
+            else:  # eager from now on, and say why (auto has no captured steps to time: off)
+                self.eager_because, self.graphed, self.trial = self.graphed.mode(), None, None
         if self.trial is not None and (switch := self.trial.after(replaying)) is not None:
             self.set_compiling(switch == "on")
         for run in self.runs:
