@@ -34,12 +34,18 @@ def group(store: Store, runs) -> engine.Group:
     return engine.Group(list(zip(runs, ids, strict=True)), store, len(runs))
 
 
-@pytest.fixture
-def traced(monkeypatch):
-    monkeypatch.setattr(engine, "COMPILE_BACKEND", "aot_eager")
+@pytest.fixture(scope="module", autouse=True)
+def fresh_compiler():
+    """TorchDynamo's caches start and end empty in this module; within it, tests that compile the same step share
+    what one compiled (a test that counts compiles resets them first)."""
     torch._dynamo.reset()
     yield
     torch._dynamo.reset()
+
+
+@pytest.fixture
+def traced(monkeypatch):
+    monkeypatch.setattr(engine, "COMPILE_BACKEND", "aot_eager")
 
 
 @pytest.mark.parametrize("value, mode", [(True, "on"), (False, "off"), ("on", "on"), ("off", "off"),
@@ -66,13 +72,15 @@ def test_a_compile_value_that_is_none_of_them_is_exit_2_on_the_command_line(tmp_
                                         "(got 'sometimes')"]
 
 
-@pytest.mark.parametrize("model", [ATTENTION_ONLY, GPT_STYLE], ids=["attention_only", "transformer"])
+# the attention-only case last: the resume test after it trains the same configurations with its compiled step cached
+@pytest.mark.parametrize("model", [GPT_STYLE, ATTENTION_ONLY], ids=["transformer", "attention_only"])
 def test_the_compiled_step_trains_as_the_eager_step_over_50_steps(tmp_path, traced, model):
     """``on``: the forward and loss compiled (TorchDynamo, AOT autograd's backward) and the optimizer's update
     compiled; 50 steps give the eager step's weights and train sums within 1e-5 (float32: the traced graphs run
     the same ATen operations, up to decompositions that round differently in the last place)."""
     from torch._dynamo.utils import counters
 
+    torch._dynamo.reset()
     counters.clear()
     groups = {mode: group(Store(tmp_path / mode), configs(model, compile=mode)) for mode in ("off", "on")}
     for g in groups.values():
@@ -86,6 +94,33 @@ def test_the_compiled_step_trains_as_the_eager_step_over_50_steps(tmp_path, trac
     _close_but_the_key_bias(groups["off"], groups["on"])
 
 
+def test_auto_resumes_in_the_mode_its_checkpoint_trained_in(tmp_path, traced):
+    """A run's checkpoint records whether its step was compiled; ``auto`` resuming it continues so (here a run
+    trained with ``on``, resumed with ``auto`` on the CPU, where ``auto`` alone would be off), and the result is
+    the uninterrupted compiled run's. (The 50-step test's configurations: their compiled step is in the cache.)"""
+    store = Store(tmp_path / "s")
+    first = group(store, configs(ATTENTION_ONLY, compile="on"))
+    for _ in range(10):
+        first.step()
+    resumed = group(store, configs(ATTENTION_ONLY, compile="auto"))
+    for r in range(3):
+        first.save(r)
+        resumed.resume(r)
+    assert resumed.compiling and [run.step for run in resumed.runs] == [10] * 3
+    assert resumed.step_mode() == ("eager (cpu) + compiled (aot_eager); train.compile auto: compiled, as before "
+                                   "its checkpoint")
+    for _ in range(10):
+        first.step()
+        resumed.step()
+    for a, b in zip(first.model.parameters(), resumed.model.parameters(), strict=True):
+        assert torch.equal(a, b)
+    plain = group(Store(tmp_path / "plain"), configs(ATTENTION_ONLY, (0,)))
+    plain.save(0)  # an eager run's checkpoint says eager: auto resumes it eagerly (as auto is on a CPU anyway)
+    again = group(Store(tmp_path / "plain"), configs(ATTENTION_ONLY, (0,), compile="auto"))
+    again.resume(0)
+    assert not again.compiling and again.step_mode() == "eager (cpu)"
+
+
 def test_runs_leaving_recompile_once_for_every_later_group_size(tmp_path, traced):
     """Static shapes first; when runs first leave, one recompile of each frame with the run axis dynamic (the
     parameters' too), which serves the next size without another: 4, then 3, then 2 runs compile each frame twice
@@ -93,16 +128,20 @@ def test_runs_leaving_recompile_once_for_every_later_group_size(tmp_path, traced
     would get there). The runs left train as the eager group's do."""
     from torch._dynamo.utils import counters
 
+    torch._dynamo.reset()  # what compiled before (other sizes) would have made the run axis dynamic already
     model = {**ATTENTION_ONLY, "layers": 1}
-    counters.clear()
     groups = {mode: group(Store(tmp_path / mode), configs(model, (0, 1, 2, 3), compile=mode))
               for mode in ("off", "on")}
     for g in groups.values():
-        for step in range(12):
-            if step in (4, 8):
+        for _ in range(4):
+            g.step()
+    counters.clear()
+    for g in groups.values():
+        for step in range(8):
+            if step in (0, 4):
                 g.leave([1])
             g.step()
-    assert counters["frames"]["ok"] == 6 and counters["aot_autograd"]["ok"] == 6, dict(counters["frames"])
+    assert counters["frames"]["ok"] == 3 and counters["aot_autograd"]["ok"] == 3, dict(counters["frames"])
     _close_but_the_key_bias(groups["off"], groups["on"])
 
 
@@ -160,50 +199,6 @@ def test_auto_on_a_cpu_is_off(tmp_path, traced):
     assert counters["frames"]["ok"] == 0
 
 
-def test_a_compile_that_fails_falls_back_to_the_eager_step_and_says_why(tmp_path, monkeypatch):
-    def broken(graph, inputs):
-        raise RuntimeError("no compiler here")
-
-    monkeypatch.setattr(engine, "COMPILE_BACKEND", broken)
-    torch._dynamo.reset()
-    runs = configs(ATTENTION_ONLY, compile="on")
-    fell_back, eager = group(Store(tmp_path / "a"), runs), group(Store(tmp_path / "b"), configs(ATTENTION_ONLY))
-    for g in (fell_back, eager):
-        for _ in range(5):
-            g.step()
-    torch._dynamo.reset()
-    assert fell_back.step_mode().startswith("eager (cpu); compile given up: BackendCompilerFailed")
-    assert "no compiler here" in fell_back.step_mode() and not fell_back.compiling
-    for a, b in zip(eager.model.parameters(), fell_back.model.parameters(), strict=True):
-        assert torch.equal(a, b)  # the failed step ran once, eagerly: nothing was applied twice
-
-
-def test_auto_resumes_in_the_mode_its_checkpoint_trained_in(tmp_path, traced):
-    """A run's checkpoint records whether its step was compiled; ``auto`` resuming it continues so (here a run
-    trained with ``on``, resumed with ``auto`` on the CPU, where ``auto`` alone would be off), and the result is
-    the uninterrupted compiled run's."""
-    store = Store(tmp_path / "s")
-    first = group(store, configs(ATTENTION_ONLY, (0,), compile="on"))
-    for _ in range(10):
-        first.step()
-    first.save(0)
-    resumed = group(store, configs(ATTENTION_ONLY, (0,), compile="auto"))
-    resumed.resume(0)
-    assert resumed.compiling and resumed.runs[0].step == 10
-    assert resumed.step_mode() == ("eager (cpu) + compiled (aot_eager); train.compile auto: compiled, as before "
-                                   "its checkpoint")
-    for _ in range(10):
-        first.step()
-        resumed.step()
-    for a, b in zip(first.model.parameters(), resumed.model.parameters(), strict=True):
-        assert torch.equal(a, b)
-    plain = group(Store(tmp_path / "plain"), configs(ATTENTION_ONLY, (0,)))
-    plain.save(0)  # an eager run's checkpoint says eager: auto resumes it eagerly (as auto is on a CPU anyway)
-    again = group(Store(tmp_path / "plain"), configs(ATTENTION_ONLY, (0,), compile="auto"))
-    again.resume(0)
-    assert not again.compiling and again.step_mode() == "eager (cpu)"
-
-
 @pytest.mark.parametrize("eager_s, compiled_s, chosen", [(2.0, 1.0, "on"), (1.0, 3.0, "off")])
 def test_auto_s_trial_times_each_captured_step_and_keeps_the_faster(monkeypatch, eager_s, compiled_s, chosen):
     """The trial's bookkeeping (``compile_choice.CompileTrial``), with a clock that advances by a step's time: warm-up
@@ -232,3 +227,21 @@ def test_auto_s_trial_times_each_captured_step_and_keeps_the_faster(monkeypatch,
                                                           "step_ms_compiled": compiled_s * 1e3}
     assert trial.summary().startswith(f"train.compile auto chose {'compiled' if chosen == 'on' else 'eager'} (eager ")
     assert steps(3, 9.0, warmups=0) == [None] * 3  # chosen: nothing is timed any more
+
+
+def test_a_compile_that_fails_falls_back_to_the_eager_step_and_says_why(tmp_path, monkeypatch):
+    def broken(graph, inputs):
+        raise RuntimeError("no compiler here")
+
+    monkeypatch.setattr(engine, "COMPILE_BACKEND", broken)
+    torch._dynamo.reset()
+    runs = configs(ATTENTION_ONLY, compile="on")
+    fell_back, eager = group(Store(tmp_path / "a"), runs), group(Store(tmp_path / "b"), configs(ATTENTION_ONLY))
+    for g in (fell_back, eager):
+        for _ in range(5):
+            g.step()
+    torch._dynamo.reset()
+    assert fell_back.step_mode().startswith("eager (cpu); compile given up: BackendCompilerFailed")
+    assert "no compiler here" in fell_back.step_mode() and not fell_back.compiling
+    for a, b in zip(eager.model.parameters(), fell_back.model.parameters(), strict=True):
+        assert torch.equal(a, b)  # the failed step ran once, eagerly: nothing was applied twice
