@@ -6,7 +6,9 @@
 #   bash benchmarks/lent_gpu.sh --small [OUT]     # the same path on the CPU at tiny sizes (checks this script)
 #
 # Order (2026-11-28: seed001-depth's paper scale ran whole on an H200, so it is not repeated):
-#   1. gpu_check: pytest-gpu (what changed since the last loan runs on CUDA first), families (throughput ran then)
+#   1. gpu_check: pytest-gpu (what changed since the last loan runs on CUDA first), compiled and compiled-ops
+#      (issue 45: retrieval's step compiled inside the CUDA graph against the eager one; never measured yet),
+#      families (throughput ran then)
 #   2. paper_check: plans (every preset's GPU minutes), ictm3-long, seed001-heads, seed004-induction,
 #      seed002-circuits, seed002-emergence, the Dyck sweeps
 # Each step keeps its own limit, cut to what is left before the deadline (benchmarks/check_steps.sh). Writes
@@ -31,7 +33,8 @@ export DEADLINE=$(( $(date +%s) + BUDGET ))
 export PYTHONUNBUFFERED=1
 mkdir -p "$OUT"
 
-ONLY_STEPS=pytest-gpu,families STEP_LIMITS=${GPU_LIMITS:-pytest-gpu=90,families=110} \
+ONLY_STEPS=pytest-gpu,compiled,compiled-ops,families \
+  STEP_LIMITS=${GPU_LIMITS:-pytest-gpu=150,compiled=150,compiled-ops=90,families=110} \
   bash "$ROOT/benchmarks/gpu_check.sh" "${SMALL[@]}" "$OUT/gpu" > "$OUT/gpu.log" 2>&1
 ONLY_STEPS=plans,ictm3-long,seed001-heads,seed004-induction,seed002-circuits,seed002-emergence,dyck-tf1-N50,dyck-tf1-N100 \
   bash "$ROOT/benchmarks/paper_check.sh" "${SMALL[@]}" "$OUT/paper" > "$OUT/paper.log" 2>&1

@@ -54,7 +54,7 @@ BREAKAGES: dict[str, tuple[str, list[tuple[str, str]], str]] = {
          "    match[: task.n_q, : task.n_q] = torch.eye(task.n_q)\n    match[0, 1] = 0.3\n"),
     ], "Theorem 3's match layer with cross-talk W_QK[0,1] = 0.3"),
     "compile-ignored": ("training/engine.py", [
-        ("backend=COMPILE_BACKEND) if t.compile else None", "backend=COMPILE_BACKEND) if False else None"),
+        ('self.set_compiling(t.compile == "on")', 'self.set_compiling(False)'),
     ], "train.compile ignored"),
     "coupled-decay": ("training/optim.py", [
         ("                if self.weight_decay:\n                    p.mul_(c)\n",

@@ -85,3 +85,32 @@ def test_bench_names_an_unknown_case_and_the_allowed_ones():
     message = str(result.exception)
     assert message.startswith("--case: unknown case 'mamba-n999-w64'") and "mamba-n400-w64" in message
     assert message.endswith("families")
+
+
+def test_bench_measures_the_compiled_step_beside_the_eager_one(monkeypatch):
+    """``bench --compile both``: every size measured with the engine's step as it is and compiled (``train.compile:
+    on``; traced here with AOT autograd's eager backend, Inductor's C++ codegen takes minutes on this CPU), each row
+    saying which; ``--ops`` counts the compiled step's operations too. (The peak's measurement is left out: it is
+    test_bench_json_shape's.)"""
+    import torch
+
+    from depthlab.training import engine, throughput
+
+    monkeypatch.setattr(engine, "COMPILE_BACKEND", "aot_eager")
+    monkeypatch.setattr(throughput, "peak_gflops", lambda dtype, device: 1.0)
+    torch._dynamo.reset()
+    try:
+        ops = CliRunner().invoke(app, ["bench", "--ops", "--runs", "2", "--case", "icqa-quick", "--compile", "both",
+                                       "--json"])
+        rates = CliRunner().invoke(app, ["bench", "--runs", "2", "--case", "icqa-quick", "--compile", "both",
+                                         "--seconds", "0.1", "--rounds", "1", "--json"])
+    finally:
+        torch._dynamo.reset()
+    assert ops.exit_code == 0 and rates.exit_code == 0, ops.output + rates.output
+    eager, compiled = json.loads(ops.stdout)["cases"]
+    assert (eager["compile"], eager["step_mode"]) == ("off", "eager (cpu)")
+    assert (compiled["compile"], compiled["step_mode"]) == ("on", "eager (cpu) + compiled (aot_eager)")
+    assert compiled["ops"] > 0 and compiled["optimizer_ops"] > 0
+    rows = json.loads(rates.stdout)["cases"]
+    assert [(r["runs"], r["compile"]) for r in rows] == [(2, "off"), (2, "on")]
+    assert all(r["engine_examples_per_s"] > 0 for r in rows)

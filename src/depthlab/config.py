@@ -65,10 +65,13 @@ def _no_bools_for_numbers(section: str, cls: type[BaseModel], raw: dict) -> None
     """true/false where a number is asked for is a mistake (pydantic would read ``steps: true`` as 1 step)."""
     for key, value in raw.items():
         field = cls.model_fields.get(key)
-        if isinstance(value, bool) and field is not None and "bool" not in str(field.annotation):
+        if isinstance(value, bool) and field is not None and "bool" not in str(field.annotation) \
+                and key not in TRUE_FALSE_NAMED:
             raise UserError(f"{section}.{_name(key)}: must be a number, not {str(value).lower()}")
 
 
+COMPILE_MODES = ("off", "on", "auto")  # train.compile
+TRUE_FALSE_NAMED = frozenset({"compile"})  # fields once bool whose true/false still name a value (on/off)
 DEVICE_NAMES = re.compile(r"auto|cpu|cuda(:\d+)?")  # train.device (resolved by training.device)
 DEVICES_ALLOWED = "auto, cpu, cuda or cuda:N"
 MAX_WORKERS_PER_DEVICE = 64
@@ -112,13 +115,27 @@ class TrainSpec(BaseModel):
                                                       "the latest: what emergence analyses read")
     # where and how the run executes, not what it computes: kept out of the run id (EXECUTION_FIELDS)
     device: str = Field("auto", description="auto (a GPU when PyTorch sees one), cpu, cuda or cuda:N")
-    compile: bool = Field(False, description="compile the training step with torch.compile")
+    compile: Literal["off", "on", "auto"] = Field(
+        "off", description="compile the training step with torch.compile (Inductor): on (captured as one CUDA "
+                           "graph on a GPU), auto (on a GPU, the faster of compiled and not, timed; off on a CPU), "
+                           "off; true/false mean on/off")
     cuda_graph: Literal["auto", "on", "off"] = Field(
         "auto", description="replay each step as one CUDA graph: auto (on CUDA, where the step can be captured), "
                             "on (the same, said explicitly), off")
     workers_per_device: int | Literal["auto"] = Field(
         1, description="groups trained at once on each device, one worker process each (the local executor); "
                        "auto: as many as the GPU's free memory holds (1 on the CPU)")
+
+    @field_validator("compile", mode="before")
+    @classmethod
+    def _compile_mode(cls, value: Any) -> Any:
+        """``true``/``false`` (what configs said before ``auto``) are ``on``/``off``; anything else but the three
+        names is refused in one line."""
+        if isinstance(value, bool):
+            return "on" if value else "off"
+        if value not in COMPILE_MODES:
+            raise ValueError("allowed: off, on, auto (or true/false for on/off)")
+        return value
 
     @field_validator("workers_per_device")
     @classmethod

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -278,6 +278,9 @@ def bench(runs: Annotated[str | None, typer.Option(help="group sizes to measure,
           device: Annotated[str, typer.Option("--device", help="cpu, cuda or cuda:N: where both train")] = "cpu",
           ops: Annotated[bool, typer.Option("--ops", help="count ATen operations per training step instead "
                                                           "(torch.profiler)")] = False,
+          compile: Annotated[str, typer.Option("--compile", help="the engine's step as it is (off), compiled with "
+                                                                 "torch.compile (on: train.compile), or both in turn "
+                                                                 "(rows say which)")] = "off",
           json_out: JsonOpt = False) -> None:
     """Measure the batched engine against a plain loop and the machine's peak, or count the operations of its
     training step with --ops (see benchmarks/)."""
@@ -288,6 +291,9 @@ def bench(runs: Annotated[str | None, typer.Option(help="group sizes to measure,
     for name in case or []:
         if name not in known:
             raise UserError(f"--case: unknown case {name!r}; allowed: {', '.join(known)}")
+    modes = {"off": ("off",), "on": ("on",), "both": ("off", "on")}
+    if compile not in modes:
+        raise UserError(f"--compile: {compile!r} is not one of off, on, both")
     runs = runs or ("1,16" if ops else "1,4,16,64")
     try:
         counts = [int(x) for x in runs.split(",")]
@@ -303,14 +309,15 @@ def bench(runs: Annotated[str | None, typer.Option(help="group sizes to measure,
               file=sys.stderr, flush=True)
     threads = setup_threads()
     if ops:
-        _bench_ops(counts, case, device, json_out)
+        _bench_ops(counts, case, device, json_out, modes[compile])
         return
     show_row = _row_printer(json_out, lambda row: console.print(
-        f"{row['name']:<28} {row['precision']} R={row['runs']:<3} plain {row['plain_examples_per_s']:>10,.0f}/s "
+        f"{row['name']:<28} {row['precision']} R={row['runs']:<3} {_compiled(row)}"
+        f"plain {row['plain_examples_per_s']:>10,.0f}/s "
         f"engine {row['engine_examples_per_s']:>10,.0f}/s  ×{row['speedup']:<6} "
         f"{row['fraction_of_peak']:.0%} of peak  data {row['data_fraction']:.1%}"))
     result = run_benchmark(counts, case, seconds, progress=show_row, rounds=rounds, device=device,
-                           left_out=left_out)
+                           left_out=left_out, compile_modes=modes[compile])
     if json_out:
         emit(result)
         return
@@ -326,14 +333,20 @@ def _row_printer(json_out: bool, human: Callable[[dict], None]) -> Callable[[dic
     return lambda row: print(json.dumps(row), file=sys.stderr, flush=True)
 
 
-def _bench_ops(counts: list[int], case: list[str] | None, device: str, json_out: bool) -> None:
+def _compiled(row: dict[str, Any]) -> str:
+    """A measured row's mark when its step was compiled (``bench --compile``)."""
+    return "compiled " if row["compile"] == "on" else ""
+
+
+def _bench_ops(counts: list[int], case: list[str] | None, device: str, json_out: bool,
+               compile_modes: tuple[str, ...]) -> None:
     from ..training.opcount import count_ops
 
     show_row = _row_printer(json_out, lambda row: console.print(
-        f"{row['name']:<28} R={row['runs']:<3} {row['parameter_tensors']:>3} parameter tensors: "
+        f"{row['name']:<28} R={row['runs']:<3} {_compiled(row)}{row['parameter_tensors']:>3} parameter tensors: "
         f"{row['ops']:>7,.0f} ATen ops/step ({row['top_ops']:,.0f} called directly; optimizer "
         f"{row['optimizer_ops']:,.0f}, data {row['data_ops']:,.0f})"
         + (f", {row['kernels']:,.0f} kernels" if "kernels" in row else "")))
-    result = count_ops(counts, case, device, progress=show_row)
+    result = count_ops(counts, case, device, progress=show_row, compile_modes=compile_modes)
     if json_out:
         emit(result)

@@ -161,7 +161,7 @@ def run_local(configs: list[RunConfig], store: Store, group_size: int | None = N
     for group in plan_groups(configs, group_size):
         train = group[0].train
         key = (tuple(gpus_for(train.device)), str(train.workers_per_device))
-        graph_plan(train.cuda_graph, resolve_device(key[0][0]), train.compile)  # `on` without CUDA: refused now
+        graph_plan(train.cuda_graph, resolve_device(key[0][0]))  # `on` without CUDA: refused now
         placed.setdefault(key, []).append(group)
     slots = {key: [d for d in key[0] for _ in range(workers_per_device(groups, key[0][0]))]
              for key, groups in placed.items()}

@@ -1,4 +1,6 @@
-"""Checkpoints: weights and optimizer state as safetensors, plus a JSON sidecar (step, data-stream RNG state).
+"""Checkpoints: weights and optimizer state as safetensors, plus a JSON sidecar (step, data-stream RNG state, and
+whether the step was compiled: ``compiled``, true/false, null while ``train.compile: auto`` is still timing both;
+a run resumed with ``auto`` continues in that mode, for the compiled step rounds differently from the eager one).
 
 The safetensors file is the checkpoint: its metadata holds the step, the run it belongs to (its id and the
 SHA-256 of its resolved config), the whole sidecar (as JSON) and a SHA-256 of every tensor's bytes, so one atomic

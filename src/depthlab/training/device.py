@@ -14,7 +14,8 @@ bfloat16 on either device. No other module of depthlab's training path names CUD
 CUDA graphs (``train.cuda_graph``, :class:`GraphedStep`): on CUDA a group's whole training step (forward, loss,
 backward, the optimizer, the train metrics' sums) is captured once after a few warm-up steps and replayed at
 every later step, one launch instead of hundreds; the batch is copied into the graph's input buffers first,
-evaluation and logging run outside it, and a group whose runs change captures again.
+evaluation and logging run outside it, and a group whose runs change captures again. A compiled step
+(``train.compile``) is compiled in the warm-up steps, then captured the same way (compile, then capture).
 """
 
 from __future__ import annotations
@@ -168,11 +169,17 @@ def free_memory(device: torch.device) -> int | None:
 
 
 GRAPH_WARMUP_STEPS = 3  # eager steps on the capture stream before each capture (PyTorch's whole-network recipe)
+# ... and before a compiled step's capture: the first compiles the forward, the loss and (at its backward) the
+# backward, and the optimizer's update; the ones after it must run the compiled code as it is, with nothing left to
+# compile, for a recompile during the capture would fail it (it is refused there: ``fail_on_recompile``)
+COMPILED_WARMUP_STEPS = 5
 
 
-def graph_plan(mode: str, device: torch.device, compiled: bool) -> str | None:
+def graph_plan(mode: str, device: torch.device) -> str | None:
     """None when a group's step is to be captured as a CUDA graph (``train.cuda_graph`` auto or on, on CUDA);
-    otherwise how it runs instead, in one line. ``on`` where there is no CUDA is a UserError: it promises a GPU."""
+    otherwise how it runs instead, in one line. ``on`` where there is no CUDA is a UserError: it promises a GPU.
+    A compiled step (``train.compile``) is captured too: compile, then capture (Inductor's default mode launches
+    plain kernels, which a capture holds)."""
     if mode == "off":
         return "eager (train.cuda_graph: off)"
     if device.type != "cuda":
@@ -180,8 +187,6 @@ def graph_plan(mode: str, device: torch.device, compiled: bool) -> str | None:
             raise UserError(f"train.cuda_graph: on needs a CUDA GPU, and this group trains on {device}; "
                             "use auto (graphs where there is CUDA) or off")
         return f"eager ({device.type})"
-    if compiled:
-        return "eager (train.compile: torch.compile makes its own graphs)"
     return None
 
 
@@ -192,8 +197,9 @@ class GraphedStep:
     the same memory every call (forward, loss, backward, optimizer, metric sums into tensors that live across
     steps), no host synchronisation. The first ``warmup`` calls run it eagerly on a side stream (lazy
     initialisations — cuBLAS handles, autograd's streams — happen outside the capture); the next call copies its
-    inputs into static buffers, captures ``step`` on them on that same stream (recorded, not run) and replays the
-    graph; every later call copies its inputs into the buffers and replays. :meth:`reset` (the tensors the step
+    inputs into static buffers, captures ``step`` on them on that same stream (recorded, not run; a step compiled
+    with ``torch.compile`` has compiled in its warm-up calls, and may not compile during the capture) and replays
+    the graph; every later call copies its inputs into the buffers and replays. :meth:`reset` (the tensors the step
     touches were replaced: runs left the group) starts over with warm-up and a new capture. A capture that fails (an
     operation a graph cannot hold) runs that call's step eagerly and leaves ``failure`` set, one line: the caller
     then trains eagerly. The step is passed at each call, not kept: a group holding a GraphedStep that held the
@@ -210,16 +216,30 @@ class GraphedStep:
         self.eager_calls = 0
         self.captures = 0
         self.failure: str | None = None
+        self.compiled: str | None = None  # the torch.compile backend of the step captured (None: eager)
 
     def reset(self) -> None:
-        self.graph, self.static, self.eager_calls = None, (), 0
+        self.graph, self.static, self.eager_calls, self.failure = None, (), 0, None
+
+    def compile(self, backend: str | None) -> None:
+        """The step is (``backend``) or is no longer (None) compiled: warm up again (the compile happens in the
+        warm-up calls, :data:`COMPILED_WARMUP_STEPS` of them) and capture again."""
+        self.reset()
+        self.compiled = backend
+        self.warmup = GRAPH_WARMUP_STEPS if backend is None else COMPILED_WARMUP_STEPS
+
+    @property
+    def replaying(self) -> bool:
+        """Whether the next call replays a captured graph."""
+        return self.graph is not None
 
     def mode(self) -> str:
         """How the steps ran, one line (the final metrics' ``step_mode``)."""
         if self.failure is not None:
             return f"eager (CUDA graph capture failed: {self.failure})"
+        times = f"captured {self.captures} time{'s' if self.captures > 1 else ''}"
         if self.captures:
-            return f"cuda graph (captured {self.captures} time{'s' if self.captures > 1 else ''})"
+            return f"cuda graph + compiled ({self.compiled}; {times})" if self.compiled else f"cuda graph ({times})"
         return f"eager (ended within the {self.warmup} warm-up steps before a CUDA graph capture)"
 
     def __call__(self, step: Callable[..., None], *inputs: torch.Tensor) -> None:
@@ -238,8 +258,8 @@ class GraphedStep:
             return
         self.static = tuple(t.clone() for t in inputs)
         graph = torch.cuda.CUDAGraph()
-        try:
-            with torch.cuda.graph(graph, stream=self.stream):
+        try:  # a compiled step must not compile during the capture: refused, the capture fails instead
+            with torch.cuda.graph(graph, stream=self.stream), torch.compiler.set_stance("fail_on_recompile"):
                 step(*self.static)
         except RuntimeError as e:  # nothing ran during the capture: this call's step runs eagerly instead
             self.failure = " ".join(str(e).split())[:200] or type(e).__name__

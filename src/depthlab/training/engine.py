@@ -28,6 +28,7 @@ from ..models import TaskShapes, build_model
 from ..store import Store, atomic_write_bytes
 from .best import best_and_lost
 from .checkpoint import STOP_SIGNALS, WEIGHTS, CheckpointError, Owner, layout_of, load_checkpoint, save_checkpoint
+from .compile_choice import CompileTrial
 from .data import EVAL_SEED, CounterBatches, data_stream, eval_set, group_batches
 from .device import GraphedStep, autocast, graph_plan, prepare, resolve_device
 from .eval_label import final_eval_fields
@@ -102,12 +103,17 @@ class Group:
         self.sums = torch.zeros(len(self.runs), 2, dtype=torch.float64, device=self.device)
         self.loss_sums, self.hit_sums = self.sums.unbind(1)
         self.batches = group_batches([run.stream for run in self.runs], task, self.device)
-        # the class's function, not a bound method: a group holding its own bound method is a reference cycle, and
-        # its (GPU) memory would wait for the garbage collector instead of being given back when the group is dropped
-        self.compiled_losses = torch.compile(Group.batch_losses, backend=COMPILE_BACKEND) if t.compile else None
         # how the step runs: None = to be replayed as a CUDA graph (device.GraphedStep), else why not (one line)
-        self.eager_because = graph_plan(t.cuda_graph, self.device, t.compile)
+        self.eager_because = graph_plan(t.cuda_graph, self.device)
         self.graphed = GraphedStep(self.device) if self.eager_because is None else None
+        # train.compile: on compiles (and captures, on CUDA); auto times both captured steps on CUDA and keeps the
+        # faster (compile_choice), and is off where nothing is captured (compiling on a CPU takes minutes)
+        self.backend = COMPILE_BACKEND
+        self.trial = CompileTrial(self.device) if t.compile == "auto" and self.graphed is not None else None
+        self.compile_note: str | None = None  # a compile given up, or a mode kept from a checkpoint: why
+        self.compiling = False
+        self.compiled_losses: Callable[..., tuple[torch.Tensor, torch.Tensor]] | None = None
+        self.set_compiling(t.compile == "on")
         self.started = time.perf_counter()
         self.data_seconds = 0.0  # time the steps waited for their batches (the benchmark's data share)
         self.results: dict[str, dict[str, Any]] = {}
@@ -119,11 +125,46 @@ class Group:
             outputs = self.model(x, read=self.read).outputs
         return per_run_loss(outputs, y, self.task.loss), outputs
 
+    def set_compiling(self, on: bool) -> None:
+        """Compile the step (its forward and loss, whose backward AOT autograd compiles too, and the optimizer's
+        update) with ``torch.compile`` in Inductor's default mode, or go back to the eager step; a captured step
+        warms up (where it compiles) and is captured again. Shapes are static until runs leave, then the run axis
+        becomes dynamic (TorchDynamo's automatic dynamic shapes: one recompile for every later group size)."""
+        self.compiling = on
+        backend = self.backend if on else None
+        # the class's function, not a bound method: a group holding its own bound method is a reference cycle, and
+        # its (GPU) memory would wait for the garbage collector instead of being given back when the group is dropped
+        self.compiled_losses = torch.compile(Group.batch_losses, backend=backend, dynamic=None) if on else None
+        self.opt.compile(backend)
+        if self.graphed is not None:
+            self.graphed.compile(backend)
+
+    def drop_compile(self, reason: str) -> None:
+        """The compiled step failed (to compile, or to be captured): the eager step from now on, and why."""
+        self.compile_note = f"compile given up: {reason}"
+        self.trial = None
+        self.set_compiling(False)
+
+    def keep_mode(self, compiled: bool) -> None:
+        """``train.compile: auto`` resuming a run: continue in the mode its checkpoint trained in, without a trial
+        (the compiled step rounds differently from the eager one). Nothing to say where nothing changes: ``auto``
+        is off here (a CPU) and the run trained eagerly."""
+        if self.trial is None and compiled == self.compiling:
+            return
+        self.trial = None
+        self.compile_note = f"train.compile auto: {'compiled' if compiled else 'eager'}, as before its checkpoint"
+        if compiled != self.compiling:
+            self.set_compiling(compiled)
+
     def losses(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`batch_losses`, compiled when ``train.compile`` is on."""
         if self.compiled_losses is None:
             return self.batch_losses(x, y)
-        return self.compiled_losses(self, x, y)
+        # The parameters' run axis may become dynamic too: TorchDynamo keeps a parameter's shape static by default,
+        # and the batch's run axis, bound to it, would then recompile at every group size (past its recompile limit
+        # the forward would run uncompiled); so, as the optimizer's buffers do, one recompile serves every size.
+        with torch._dynamo.config.patch(force_parameter_static_shapes=False):
+            return self.compiled_losses(self, x, y)
 
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Every run's next batch on the device (inputs, targets [runs, batch, …]); the time it took is counted."""
@@ -154,22 +195,47 @@ class Group:
         self.train_step(*self.batches.sample())
 
     def step(self) -> None:
+        replaying = self.graphed is not None and self.graphed.replaying
+        if self.trial is not None:
+            self.trial.before(replaying)
         if self.graphed is not None and isinstance(self.batches, CounterBatches):
-            self.graphed(self.sampled_step)
+            self.guarded(self.graphed, self.sampled_step)
             self.batches.count()
         elif self.graphed is None:
-            self.train_step(*self.next_batch())
+            self.guarded(self.train_step, *self.next_batch())
         else:
-            self.graphed(self.train_step, *self.next_batch())
-        if self.graphed is not None and self.graphed.failure is not None:  # eager from now on, and say why
-            self.eager_because, self.graphed = self.graphed.mode(), None
+            self.guarded(self.graphed, self.train_step, *self.next_batch())
+        if self.graphed is not None and self.graphed.failure is not None:
+            if self.compiling:  # the compiled step could not be captured: capture the eager one instead
+                self.drop_compile(f"its CUDA graph capture failed: {self.graphed.failure}")
+            else:  # eager from now on, and say why (auto has no captured steps to time: off)
+                self.eager_because, self.graphed, self.trial = self.graphed.mode(), None, None
+        if self.trial is not None and (switch := self.trial.after(replaying)) is not None:
+            self.set_compiling(switch == "on")
         for run in self.runs:
             run.step += 1
             run.seen += self.train.batch_size
 
+    def guarded(self, step: Callable[..., None], *inputs: torch.Tensor) -> None:
+        """``step(*inputs)``; while the step is compiled, a failure (a compile that fails: Inductor's codegen, a
+        compiler missing) gives the compile up and runs the same step eagerly (nothing of it ran: compiling comes
+        first); an eager step's failure is the failure."""
+        if not self.compiling:
+            step(*inputs)
+            return
+        try:
+            step(*inputs)
+        except Exception as e:
+            self.drop_compile(" ".join(f"{type(e).__name__}: {e}".split())[:200])
+            step(*inputs)
+
     def step_mode(self) -> str:
         """How the steps ran, one line (what the final metrics record as ``step_mode``)."""
-        return self.graphed.mode() if self.graphed is not None else self.eager_because or "eager"
+        mode = self.graphed.mode() if self.graphed is not None else self.eager_because or "eager"
+        if self.compiling and self.graphed is None:
+            mode += f" + compiled ({self.backend})"
+        notes = [self.trial.summary() if self.trial is not None else None, self.compile_note]
+        return "; ".join([mode, *(note for note in notes if note)])
 
     # --- metrics, early stop, divergence, checkpoints -----------------------------------------------
     def after_step(self) -> None:
@@ -235,6 +301,7 @@ class Group:
                 "seconds": round(time.perf_counter() - self.started, 3),
                 "group_size": self.group_size, "threads": torch.get_num_threads(), "precision": self.precision,
                 "device": str(self.device), "step_mode": self.step_mode(),
+                **(self.trial.metrics() if self.trial is not None else {}),
             }
             curve = self.store.metric_columns(run.id, "eval").get("eval", {})
             final.update(best_and_lost(curve, final["accuracy"], run.config.train.target_accuracy, len(self.probe)))
@@ -261,6 +328,8 @@ class Group:
         self.runs = [self.runs[r] for r in keep]
         if self.graphed is not None:  # the graph read and wrote the tensors just replaced: capture again
             self.graphed.reset()
+        if self.trial is not None:
+            self.trial.restart()
 
     def save(self, r: int, final: bool = False) -> None:
         """Checkpoint run r: weights, optimizer state, data stream, and the train metrics since the last log."""
@@ -269,7 +338,9 @@ class Group:
         tensors = {k: v.cpu() for k, v in state.items()}
         loss_sum, correct = self.sums[r].tolist()
         sums = {"loss": float(loss_sum).hex(), "correct": float(correct).hex(), "seen": run.seen}
-        extra = {"stream": run.stream.state(), "train_sums": sums, "final": final}
+        # the mode the step trains in (None while train.compile auto is still timing both): a resumed run keeps it
+        compiled = None if self.trial is not None and self.trial.chosen is None else self.compiling
+        extra = {"stream": run.stream.state(), "train_sums": sums, "final": final, "compiled": compiled}
         save_checkpoint(run.folder, tensors, run.step, extra, Owner.of(run.config))
 
     def keep(self, r: int) -> None:
@@ -318,6 +389,8 @@ class Group:
             ) from None
         run.step = step
         run.final = bool(meta.get("final", False))  # the run's own final word (the owner was checked)
+        if self.train.compile == "auto" and isinstance(meta.get("compiled"), bool):
+            self.keep_mode(meta["compiled"])
 
 
 TERMINAL = ("done", "diverged")  # a re-run skips these: their outcome is recorded and would not change

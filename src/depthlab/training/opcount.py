@@ -49,9 +49,10 @@ def _counted(fn: Callable[[], Any], times: int, device: torch.device) -> dict[st
 
 
 def count_case(case: Case, runs: int, device: str = "cpu", steps: int = 5,
-               warmup: int = WARMUP_STEPS) -> dict[str, Any]:
-    """The operation counts of one training step of ``case`` with ``runs`` runs in the group."""
-    configs = bench_configs(case, runs, "fp32", device)
+               warmup: int = WARMUP_STEPS, compile: str = "off") -> dict[str, Any]:
+    """The operation counts of one training step of ``case`` with ``runs`` runs in the group (``compile``: its
+    ``train.compile``, off or on)."""
+    configs = bench_configs(case, runs, "fp32", device, compile)
     with tempfile.TemporaryDirectory() as folder:
         group = Group([(c, Store.run_id(c.to_dict())) for c in configs], Store(folder), runs)
         where = group.device
@@ -78,7 +79,8 @@ def count_case(case: Case, runs: int, device: str = "cpu", steps: int = 5,
             group.step()
         whole = _counted(group.step, steps, where)
         mode = group.step_mode()
-    row = {"name": case.name, "runs": runs, "device": str(where), "parameter_tensors": len(group.names),
+    row = {"name": case.name, "runs": runs, "compile": compile, "device": str(where),
+           "parameter_tensors": len(group.names),
            "ops": whole["ops"], "top_ops": whole["top_ops"], "optimizer_ops": both["ops"] - without["ops"],
            "data_ops": data["ops"], "step_mode": mode}
     if where.type != "cpu":
@@ -87,13 +89,16 @@ def count_case(case: Case, runs: int, device: str = "cpu", steps: int = 5,
 
 
 def count_ops(run_counts: list[int], cases: list[str] | None = None, device: str = "cpu",
-              progress: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
-    """Every case at every group size: one row each (see the module's docstring)."""
+              progress: Callable[[dict[str, Any]], None] | None = None,
+              compile_modes: tuple[str, ...] = ("off",)) -> dict[str, Any]:
+    """Every case at every group size (and ``train.compile`` of ``compile_modes``): one row each (see the module's
+    docstring)."""
     where = resolve_device(device, "--device")
     rows = []
     for case in chosen_cases(cases):
         for runs in run_counts:
-            rows.append(count_case(case, runs, device))
-            if progress:
-                progress(rows[-1])
+            for mode in compile_modes:
+                rows.append(count_case(case, runs, device, compile=mode))
+                if progress:
+                    progress(rows[-1])
     return {"device": str(where), "torch": torch.__version__, "cases": rows}

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 
 import torch
 
@@ -97,6 +98,7 @@ class GroupOptimizer:
         self.lr = torch.tensor(lrs, dtype=torch.float64, device=device)
         self.span = self.lr - lr_min  # what a decaying schedule takes away from each run's rate
         self.steps = torch.zeros(len(lrs), dtype=torch.float64, device=device)  # bias corrections need float64
+        self.compiled: tuple[Callable[[GroupOptimizer], None], ...] | None = None
         self._build(params)
 
     def _build(self, params: list[torch.nn.Parameter]) -> None:
@@ -118,10 +120,9 @@ class GroupOptimizer:
         self.rows = {dtype: c.unbind(0) for dtype, c in self.coef.items()}
         self.zero_grad()
 
-    @torch.no_grad()
     def clip(self) -> None:
         """Scale each run's gradient so that its global norm (over all its parameters) is at most grad_clip,
-        as ``torch.nn.utils.clip_grad_norm_`` computes it: min(clip / (norm + 1e-6), 1)."""
+        as ``torch.nn.utils.clip_grad_norm_`` computes it: min(clip / (norm + 1e-6), 1) (called by :meth:`step`)."""
         norms = [torch.linalg.vector_norm(flat.grad, dim=1) for flat in self.flats]
         if len(norms) > 1:  # parameters of several dtypes: the norm of the per-dtype norms
             norms = [torch.linalg.vector_norm(torch.stack([n.to(self.lr.dtype) for n in norms]), dim=0)]
@@ -166,12 +167,38 @@ class GroupOptimizer:
         for coef in self.coef.values():
             coef.view(4, -1).copy_(self.coef64)  # one cast per dtype
 
+    def compile(self, backend: str | None) -> None:
+        """Compile the update (clipping, then the per-run factors and every buffer's arithmetic) with
+        ``torch.compile`` and this ``backend`` (``train.compile``), or go back to the eager update (None).
+
+        The fused optimizer: Inductor fuses each buffer's handful of element-wise operations into a kernel or two.
+        The per-run rates and step counts are tensors on the device (inputs of the compiled graph, not constants),
+        so a new step needs no recompile and a CUDA graph replays it. Shapes: static at first (the group's full
+        size, the one most steps see, gets specialised kernels); when runs leave, TorchDynamo's automatic dynamic
+        shapes recompile once with the run axis symbolic, which serves every later group size (but 1) without
+        another recompile. The class's functions, not bound methods: no reference cycle through ``self``. Clipping
+        is compiled on its own: Inductor's C++ backend (the CPU's) fails to compile a row reduction (the clipping
+        norm) fused with the buffers' in-place updates after it (``KeyError: 'bufN'``, pytorch/pytorch#196570); on
+        a GPU both graphs are inside the step's one CUDA graph anyway."""
+        self.compiled = None if backend is None else tuple(
+            torch.compile(fn, backend=backend, dynamic=None) for fn in (GroupOptimizer.clip, GroupOptimizer.update))
+
     @torch.no_grad()
     def step(self) -> None:
         for flat in self.flats:
             flat.adopt_grads()
+        clip, update = self.compiled or (GroupOptimizer.clip, GroupOptimizer.update)
         if self.grad_clip is not None:
-            self.clip()
+            clip(self)
+        update(self)
+        for flat in self.flats:
+            flat.release_grads()  # the buffer held scratch: no stale gradient is left to read
+
+    def update(self) -> None:
+        """This step's update of every buffer, from the (clipped) gradients in them (compiled by :meth:`compile`).
+        Like :meth:`clip`, called by :meth:`step` only, under its ``no_grad``: not decorated with it themselves,
+        for the decorator's wrapper would be the one code object TorchDynamo compiles for both, and their cache
+        entries (two per group size) would fill its recompile limit, after which it runs them uncompiled."""
         self._coefficients()
         for flat in self.flats:
             _, a, b, c = self.rows[flat.dtype]
@@ -192,8 +219,6 @@ class GroupOptimizer:
                 # p - step_size · m / (sqrt(v) / sqrt(1 - b2^t) + eps), the step size folded into the
                 # denominator, which is written over the gradient (read for the last time above)
                 p.addcdiv_(m, torch.sqrt(v, out=g).div_(b).add_(self.eps).div_(a))
-        for flat in self.flats:
-            flat.release_grads()  # the buffer held scratch: no stale gradient is left to read
 
     def zero_grad(self) -> None:
         """Zero every gradient (one operation per dtype); autograd then adds into the buffer's views."""

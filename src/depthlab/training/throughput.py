@@ -6,7 +6,9 @@ the same machine. Used by ``benchmarks/throughput.py`` and ``depthlab bench``.
 - peak: median rate of 2048×2048 matrix products (fp32 and bf16);
 - plain loop: the same model class with one run, ``torch.optim`` (the config's optimizer), batches drawn from
   the task as the engine draws them (vectorised, a chunk of steps per call) — a careful hand-written loop;
-- engine: ``Group.step`` for R runs stacked on the run axis, data streams included.
+- engine: ``Group.step`` for R runs stacked on the run axis, data streams included; with ``compile`` (``bench
+  --compile on`` or ``both``) also, or instead, with ``train.compile: on`` (on a GPU: the compiled step captured
+  as the CUDA graph; its compile happens in the untimed warm-up steps).
 
 FLOPs count the matrix products the model executes (forward, and twice that for backward).
 """
@@ -28,7 +30,7 @@ from ..models import TaskShapes, build_model
 from ..store import Store
 from .bench_cases import CASES, Case, TorchLSTM, chosen_cases
 from .data import DataStream
-from .device import CPU, GRAPH_WARMUP_STEPS, autocast, prepare, release, resolve_device, synchronize, to_device
+from .device import COMPILED_WARMUP_STEPS, CPU, autocast, prepare, release, resolve_device, synchronize, to_device
 from .engine import Group
 from .objectives import per_run_loss
 
@@ -105,17 +107,20 @@ def plain_model(config: RunConfig, device: torch.device) -> torch.nn.Module:
     return build_model(config.model, shapes, [0]).to(device)
 
 
-def bench_configs(case: Case, runs: int, precision: str, device: str = "cpu") -> list[RunConfig]:
+def bench_configs(case: Case, runs: int, precision: str, device: str = "cpu",
+                  compile: str = "off") -> list[RunConfig]:
     return [parse_run({**case.raw, "train": {**case.raw["train"], "precision": precision, "steps": 10**6,
-                                             "eval_every": 10**6, "device": device}, "seed": s})
+                                             "eval_every": 10**6, "device": device, "compile": compile},
+                       "seed": s})
             for s in range(runs)]
 
 
-# Untimed steps before each measurement: the eager warm-ups, a CUDA graph's capture and a replay, so that one-time
-# costs (the capture, kernels loaded at their first call) stay out of a 0.5-s window. On an H100 (one full
-# `bench --device cuda` each, the same day) retrieval at 1 run went from 0.6× the plain loop with 79 % of the time
-# counted as data to 4.1× and 3 %; the other rates moved both ways, as one round's rates do.
-WARMUP_STEPS = GRAPH_WARMUP_STEPS + 2
+# Untimed steps before each measurement: the eager warm-ups (a compiled step's: its compile among them), a CUDA
+# graph's capture and a replay, so that one-time costs (the compile, the capture, kernels loaded at their first call)
+# stay out of a 0.5-s window. On an H100 (one full `bench --device cuda` each, the same day) retrieval at 1 run went
+# from 0.6× the plain loop with 79 % of the time counted as data to 4.1× and 3 %; the other rates moved both ways, as
+# one round's rates do.
+WARMUP_STEPS = COMPILED_WARMUP_STEPS + 2
 
 
 def _warm_up(fn, device: torch.device) -> None:
@@ -207,14 +212,17 @@ def check_sizes(run_counts: list[int], cases: list[str] | None = None, device: s
 
 def run_benchmark(run_counts: list[int], cases: list[str] | None = None, min_seconds: float = 1.0,
                   progress=None, rounds: int = 3, device: str = "cpu",
-                  left_out: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                  left_out: list[dict[str, Any]] | None = None, compile_modes: tuple[str, ...] = ("off",)
+                  ) -> dict[str, Any]:
     """Every case at every group size, ``rounds`` times interleaved (plain loop, then each group size), each
     rate the median of its rounds: this machine's speed drifts by ±15 % over minutes, and interleaving
     puts the drift into every measurement alike instead of into the ratios. On a GPU every default case runs
     in fp32 (TF32 matmuls) and bf16, the family cases in fp32; on the CPU, bf16 for icqa-paper only. The
     (case, group size) pairs in ``left_out`` (``check_sizes``: they cannot fit) are not measured; a case left out
     at every size is not measured at all. What each measurement built is given back to the device before the
-    next one (``device.release``)."""
+    next one (``device.release``). ``compile_modes`` (``off``, ``on`` or both): the engine's step as it is,
+    compiled (``train.compile: on``), or each in turn (rows say which: ``compile``); the plain loop is not
+    compiled."""
     skip = {(entry["name"], entry["runs"]) for entry in left_out or []}
     where = resolve_device(device, "--device")
     fp32 = prepare(where, "fp32")
@@ -233,19 +241,21 @@ def run_benchmark(run_counts: list[int], cases: list[str] | None = None, min_sec
         base = bench_configs(case, 1, precision, device)[0]
         flops = 3 * forward_flops(base)
         plain_rates: list[float] = []
-        measured: dict[int, list[tuple[float, float]]] = {runs: [] for runs in counts}
+        measured: dict[tuple[int, str], list[tuple[float, float]]] = {
+            (runs, mode): [] for runs in counts for mode in compile_modes}
         for _ in range(rounds):
             plain_rates.append(plain_loop(base, min_seconds))
             release(where)
-            for runs in counts:
-                measured[runs].append(engine(bench_configs(case, runs, precision, device), min_seconds))
+            for runs, mode in measured:
+                measured[runs, mode].append(engine(bench_configs(case, runs, precision, device, mode), min_seconds))
                 release(where)
         plain = statistics.median(plain_rates)
-        for runs in counts:
-            rate = statistics.median(r for r, _ in measured[runs])
-            data_share = statistics.median(d for _, d in measured[runs])
+        for runs, mode in measured:
+            rate = statistics.median(r for r, _ in measured[runs, mode])
+            data_share = statistics.median(d for _, d in measured[runs, mode])
             rows.append({
                 "name": case.name, "precision": fp32 if precision == "fp32" else precision, "runs": runs,
+                "compile": mode,
                 "plain_examples_per_s": round(plain, 1), "engine_examples_per_s": round(rate, 1),
                 "speedup": round(rate / plain, 2), "engine_gflops": round(rate * flops / 1e9, 1),
                 "fraction_of_peak": round(rate * flops / 1e9 / peak, 3), "data_fraction": round(data_share, 4),
