@@ -34,7 +34,7 @@ export PYTHONUNBUFFERED=1
 mkdir -p "$OUT"
 
 ONLY_STEPS=pytest-gpu,compiled,compiled-ops,families \
-  STEP_LIMITS=${GPU_LIMITS:-pytest-gpu=150,compiled=150,compiled-ops=90,families=110} \
+  STEP_LIMITS=${GPU_LIMITS:-pytest-gpu=150,compiled=120,compiled-ops=60,families=90} \
   bash "$ROOT/benchmarks/gpu_check.sh" "${SMALL[@]}" "$OUT/gpu" > "$OUT/gpu.log" 2>&1
 ONLY_STEPS=plans,ictm3-long,seed001-heads,seed004-induction,seed002-circuits,seed002-emergence,dyck-tf1-N50,dyck-tf1-N100 \
   bash "$ROOT/benchmarks/paper_check.sh" "${SMALL[@]}" "$OUT/paper" > "$OUT/paper.log" 2>&1

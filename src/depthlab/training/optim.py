@@ -178,8 +178,8 @@ class GroupOptimizer:
         shapes recompile once with the run axis symbolic, which serves every later group size (but 1) without
         another recompile. The class's functions, not bound methods: no reference cycle through ``self``. Clipping
         is compiled on its own: Inductor's C++ backend (the CPU's) fails to compile a row reduction (the clipping
-        norm) fused with the buffers' in-place updates after it (``KeyError: 'bufN'``, pytorch/pytorch#196570); on
-        a GPU both graphs are inside the step's one CUDA graph anyway."""
+        norm) fused with the buffers' in-place updates after it (``KeyError: 'bufN'``, seen with torch 2.13.0's CPU
+        build); on a GPU both graphs are inside the step's one CUDA graph anyway."""
         self.compiled = None if backend is None else tuple(
             torch.compile(fn, backend=backend, dynamic=None) for fn in (GroupOptimizer.clip, GroupOptimizer.update))
 
