@@ -44,7 +44,8 @@ BREAKAGES: dict[str, tuple[str, list[tuple[str, str]], str]] = {
          "norms = [torch.linalg.vector_norm(flat.grad).expand(flat.grad.shape[0]).clone() for flat in self.flats]"),
     ], "the gradient-clip norm taken over all runs of a group"),
     "warmup-late": ("training/optim.py", [
-        ("torch.div(self.steps, self.warmup_steps, out=scratch)", "torch.div(self.steps - 1, self.warmup_steps, out=scratch)"),
+        ("torch.div(self.steps, self.warmup_steps, out=scratch)",
+         "torch.div(self.steps - 1, self.warmup_steps, out=scratch)"),
     ], "warm-up one step late"),
     "weight-decay-zero": ("training/engine.py", [
         ("t.momentum, t.weight_decay, t.betas", "t.momentum, 0.0, t.betas"),
