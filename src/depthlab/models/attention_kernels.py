@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import torch
 
+from .fused_nodes import transposed
+
 
 def attention_pattern(scores: torch.Tensor, softmax: bool) -> torch.Tensor:
     """σ over the keys (the last axis): the paper's ReLU (seed 001 eq. 2), or the softmax."""
@@ -35,23 +37,79 @@ def weighted_keys(weights: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
     return (weights.unsqueeze(-1) * keys.unsqueeze(2)).sum(1)
 
 
+def _layer_products(h: torch.Tensor, w_qk: torch.Tensor, w_v: torch.Tensor,
+                    softmax: bool) -> tuple[torch.Tensor, ...]:
+    """:func:`full_layer`'s products up to the last (fp32): (rows, keys, the stacked W_QK, pattern, mixed, W_V as
+    one matrix)."""
+    runs, batch, n, width = h.shape
+    heads = w_qk.shape[1]
+    rows = h.view(runs, batch * n, width)
+    keys = rows.view(runs * batch, n, width)
+    w_q = stacked_heads(w_qk)
+    queries = torch.bmm(rows, w_q).view(runs * batch, n * heads, width)  # x_q W_QK,i per (q, i)
+    pattern = attention_pattern(torch.bmm(queries, keys.transpose(1, 2)), softmax)  # [R·B, n·heads, n]
+    mixed = torch.bmm(pattern, keys).view(runs, batch * n, heads * width)  # Σ_k pattern[(q, i), k] x_k
+    return rows, keys, w_q, pattern, mixed, w_v.view(runs, heads * width, width)
+
+
 def full_layer(h: torch.Tensor, w_qk: torch.Tensor, w_v: torch.Tensor, softmax: bool) -> torch.Tensor:
     """H + (1/m) Σ_i σ(H W_QK,i Hᵀ) H W_V,i for every position (seed 001 eq. 2), [R, B, n, d'], as four
     batched products on views (the 1/m applied to the product's result): what a layer computes when no hook
     asks for its intermediates. Rows (query, head) of every example are one matrix, so the scores, the pattern
     and the mixed keys need no transposes or copies, and the residual is one product over (head, coordinate).
+    A constant H (the first layer's one-hot rows, eq. 3) takes :class:`ConstantInputLayer`'s shorter backward.
     """
-    runs, batch, n, width = h.shape
     heads = w_qk.shape[1]
-    rows = h.view(runs, batch * n, width)
-    keys = rows.view(runs * batch, n, width)
-    queries = torch.bmm(rows, stacked_heads(w_qk)).view(runs * batch, n * heads, width)  # x_q W_QK,i per (q, i)
-    pattern = attention_pattern(torch.bmm(queries, keys.transpose(1, 2)), softmax)  # [R·B, n·heads, n]
-    mixed = torch.bmm(pattern, keys).view(runs, batch * n, heads * width)  # Σ_k pattern[(q, i), k] x_k
-    w_v = w_v.view(runs, heads * width, width)
-    if torch.is_autocast_enabled(h.device.type):  # … except in bf16, where the residual stream stays fp32
+    if torch.is_autocast_enabled(h.device.type):  # … in bf16, where the residual stream stays fp32
+        _, _, _, _, mixed, w_v = _layer_products(h, w_qk, w_v, softmax)
         return h + torch.bmm(mixed, w_v).mul_(1 / heads).view(h.shape)
+    if not h.requires_grad:
+        return ConstantInputLayer.apply(h, w_qk, w_v, softmax)
+    rows, _, _, _, mixed, w_v = _layer_products(h, w_qk, w_v, softmax)
     return torch.baddbmm(rows, mixed, w_v, alpha=1 / heads).view(h.shape)
+
+
+def _heads_first(grad: torch.Tensor, heads: int) -> torch.Tensor:
+    """The gradient of :func:`stacked_heads`' [R, d', heads · e] as the weight's [R, heads, d', e]: a view for one
+    head (as autograd's ``ViewBackward0`` makes it), else a transposed view."""
+    runs, width, e = grad.shape[0], grad.shape[1], grad.shape[2] // heads
+    return grad.view(runs, 1, width, e) if heads == 1 else transposed(grad.view(runs, width, heads, e))
+
+
+def _scaled(t: torch.Tensor, alpha: float) -> torch.Tensor:
+    """``t · alpha``, skipped for alpha 1 (autograd's ``maybe_multiply``)."""
+    return t if alpha == 1 else t * alpha
+
+
+class ConstantInputLayer(torch.autograd.Function):
+    """:func:`full_layer` for an H that takes no gradient (the first layer's H^(0), one-hot rows: seed 001 eq. 3), as
+    one autograd node: its backward makes the products, the pattern's backward and the views autograd's nodes make
+    for the weights' gradients, on the same operands in the same order (equal bit for bit:
+    ``tests/test_fused_nodes.py``), without the nine nodes that view and transpose around them."""
+
+    @staticmethod
+    def forward(ctx, h: torch.Tensor, w_qk: torch.Tensor, w_v: torch.Tensor, softmax: bool) -> torch.Tensor:
+        rows, keys, _, pattern, mixed, w_o = _layer_products(h, w_qk, w_v, softmax)
+        ctx.save_for_backward(rows, keys, pattern, mixed, w_o)
+        ctx.softmax, ctx.heads = softmax, w_qk.shape[1]
+        return torch.baddbmm(rows, mixed, w_o, alpha=1 / ctx.heads).view(h.shape)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        rows, keys, pattern, mixed, w_o = ctx.saved_tensors
+        runs, width, heads = rows.shape[0], rows.shape[-1], ctx.heads
+        grad = grad.reshape(rows.shape)
+        grad_mixed = _scaled(torch.bmm(grad, transposed(w_o)), 1 / heads).view(pattern.shape[0], -1, width)
+        grad_w_v = _scaled(torch.bmm(transposed(mixed), grad), 1 / heads).view(runs, heads, width, width)
+        grad_pattern = torch.bmm(grad_mixed, transposed(keys))
+        if ctx.softmax:
+            grad_scores = torch.ops.aten._softmax_backward_data(grad_pattern, pattern, -1, pattern.dtype)
+        else:
+            grad_scores = torch.ops.aten.threshold_backward(grad_pattern, pattern, 0)
+        grad_queries = torch.bmm(grad_scores, keys).view(runs, -1, heads * width)
+        grad_w_q = torch.bmm(transposed(rows), grad_queries)  # [R, d', heads · d']: stacked_heads' layout
+        grad_w_qk = _heads_first(grad_w_q, heads)
+        return None, grad_w_qk, grad_w_v, None
 
 
 class LastQueryAttention(torch.autograd.Function):
@@ -76,7 +134,7 @@ class LastQueryAttention(torch.autograd.Function):
         x = h[:, :, -1]
         w_q = stacked_heads(w_qk)
         queries = torch.bmm(x, w_q).view(runs * batch, heads, width)  # [R·B, heads, d']
-        scores = torch.bmm(keys, queries.transpose(1, 2))  # [R·B, n, heads]
+        scores = torch.bmm(keys, transposed(queries))  # [R·B, n, heads]
         pattern = scores.softmax(1) if softmax else torch.relu(scores)
         mixed = weighted_keys(pattern, keys).view(runs, batch, heads * width)
         w_o = w_v.view(runs, heads * width, width)
@@ -93,23 +151,23 @@ class LastQueryAttention(torch.autograd.Function):
         runs, batch, width = x.shape
         heads = queries.shape[1]
         grad_out = grad if heads == 1 else grad * (1 / heads)  # the output's 1/m
-        grad_mixed = torch.bmm(grad_out, w_o.transpose(1, 2))  # [R, B, heads·d']
-        grad_w_v = torch.bmm(mixed.transpose(1, 2), grad_out).view(runs, heads, width, width)
+        grad_mixed = torch.bmm(grad_out, transposed(w_o))  # [R, B, heads·d']
+        grad_w_v = torch.bmm(transposed(mixed), grad_out).view(runs, heads, width, width)
         grad_mixed = grad_mixed.view(runs * batch, heads, width)
-        grad_pattern = torch.bmm(keys, grad_mixed.transpose(1, 2))  # [R·B, n, heads]
+        grad_pattern = torch.bmm(keys, transposed(grad_mixed))  # [R·B, n, heads]
         if ctx.softmax:
             grad_scores = pattern * (grad_pattern - (pattern * grad_pattern).sum(1, keepdim=True))
         else:
             grad_scores = torch.ops.aten.threshold_backward(grad_pattern, scores, 0)  # ReLU's: zero where scores <= 0
         grad_queries = weighted_keys(grad_scores, keys)  # [R·B, heads, d']
         flat_queries = grad_queries.view(runs, batch, heads * width)
-        grad_w_qk = torch.bmm(x.transpose(1, 2), flat_queries).view(runs, width, heads, width).transpose(1, 2)
+        grad_w_qk = _heads_first(torch.bmm(transposed(x), flat_queries), heads)
         # H's gradient: every key's share of the pattern and the scores, all heads at once, in one tensor
         if heads == 1:
             grad_h = torch.mul(pattern, grad_mixed).addcmul_(grad_scores, queries)
         else:
             grad_h = torch.bmm(pattern, grad_mixed).baddbmm_(grad_scores, queries)
         grad_h = (grad_h if grad_h.dtype == x.dtype else grad_h.to(x.dtype)).view(runs, batch, -1, width)
-        grad_h[:, :, -1].add_(grad).add_(torch.bmm(flat_queries, w_q.transpose(1, 2)))
+        grad_h[:, :, -1].add_(grad).add_(torch.bmm(flat_queries, transposed(w_q)))
         return grad_h, grad_w_qk, grad_w_v, None
 

@@ -20,6 +20,14 @@ import torch
 EPS = 1e-5  # F.layer_norm's default
 
 
+def transposed(t: torch.Tensor, i: int = 1, j: int = 2) -> torch.Tensor:
+    """``t.transpose(i, j)`` as one ``as_strided`` (``transpose`` calls it: two operations). For the hand-written
+    nodes' own operands only: under autograd an ``as_strided`` view has a costly backward."""
+    size, stride = list(t.shape), list(t.stride())
+    size[i], size[j], stride[i], stride[j] = size[j], size[i], stride[j], stride[i]
+    return t.as_strided(size, stride)
+
+
 def _per_run(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """[R, d] as [R, 1, …, 1, d], to broadcast against ``like`` [R, …, d]."""
     return t.view(t.shape[0], *([1] * (like.dim() - 2)), t.shape[-1])
@@ -63,7 +71,7 @@ def product_grads(grad: torch.Tensor, rows: torch.Tensor, w: torch.Tensor,
     """The gradients of ``baddbmm(b [R, 1, e], rows [R, M, d], w [R, d, e])`` (``bmm(rows, w)`` without ``bias``)
     from the output's ``grad``: rows, w and b ([R, e], or None), as autograd's ``BaddbmmBackward0`` and the bias's
     broadcast sum make them."""
-    return torch.bmm(grad, w.transpose(1, 2)), torch.bmm(rows.transpose(1, 2), grad), grad.sum(1) if bias else None
+    return torch.bmm(grad, transposed(w)), torch.bmm(transposed(rows), grad), grad.sum(1) if bias else None
 
 
 def side_by_side(w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor) -> torch.Tensor:
@@ -76,6 +84,17 @@ def side_by_side(w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor) -> tor
 def side_by_side_bias(b_q: torch.Tensor, b_k: torch.Tensor, b_v: torch.Tensor) -> torch.Tensor:
     """``b_Q``, ``b_K``, ``b_V`` [R, heads, d_head] as [R, 1, heads · 3 · d_head], in :func:`side_by_side`'s order."""
     return torch.cat((b_q, b_k, b_v), dim=-1).view(b_q.shape[0], 1, -1)
+
+
+def _side_by_side_copy(w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor) -> torch.Tensor:
+    """:func:`side_by_side`'s matrix, each weight copied into its columns (seven operations where concatenating,
+    transposing and reshaping are ten; under autograd those are differentiable, these copies are not)."""
+    runs, heads, d, d_head = w_q.shape
+    w = torch.empty(runs, d, heads * 3 * d_head, dtype=w_q.dtype, device=w_q.device)
+    row = heads * 3 * d_head
+    for part, weight in enumerate((w_q, w_k, w_v)):
+        w.as_strided((runs, heads, d, d_head), (d * row, 3 * d_head, row, 1), part * d_head).copy_(weight)
+    return w
 
 
 def _qkv_layout(runs: int, batch: int, n: int, heads: int, d_head: int) -> tuple[list[int], list[int]]:
@@ -100,7 +119,7 @@ class HeadsProjection(torch.autograd.Function):
                 b_q: torch.Tensor | None, b_k: torch.Tensor | None, b_v: torch.Tensor | None):
         runs, batch, n, d = x.shape
         heads, d_head = w_q.shape[1], w_q.shape[-1]
-        rows, w = x.reshape(runs, batch * n, d), side_by_side(w_q, w_k, w_v)
+        rows, w = x.reshape(runs, batch * n, d), _side_by_side_copy(w_q, w_k, w_v)
         ctx.save_for_backward(rows, w)
         ctx.shape, ctx.x_shape = (runs, batch, n, heads, d_head), x.shape
         qkv = torch.bmm(rows, w) if b_q is None else torch.baddbmm(side_by_side_bias(b_q, b_k, b_v), rows, w)
@@ -149,7 +168,7 @@ class HeadsOutput(torch.autograd.Function):
     def forward(ctx, z: torch.Tensor, w_o: torch.Tensor, b_o: torch.Tensor, residual: torch.Tensor | None,
                 shape: torch.Size) -> torch.Tensor:
         runs, heads, d_head, d = w_o.shape
-        rows = z.transpose(1, 2).reshape(runs, -1, heads * d_head)
+        rows = transposed(z).reshape(runs, -1, heads * d_head)
         w = w_o.view(runs, heads * d_head, d)
         ctx.save_for_backward(rows, w)
         ctx.z_shape = z.shape
@@ -161,6 +180,6 @@ class HeadsOutput(torch.autograd.Function):
         rows, w = ctx.saved_tensors
         batches, heads, n, d_head = ctx.z_shape
         grad_rows, grad_w, grad_b = product_grads(grad.reshape(w.shape[0], -1, w.shape[-1]), rows, w)
-        grad_z = grad_rows.view(batches, n, heads, d_head).transpose(1, 2)
+        grad_z = transposed(grad_rows.view(batches, n, heads, d_head))
         grad_residual = grad if ctx.needs_input_grad[3] else None
         return grad_z, grad_w.view(-1, heads, d_head, w.shape[-1]), grad_b, grad_residual, None

@@ -220,7 +220,9 @@ class Transformer(RunModule):
         x = self.hook_embed(self.embed(inputs))
         n = inputs.shape[2]
         positional = self.spec.positional
-        if positional == "learned":
+        if positional == "learned" and not self.hook_pos_embed.active:  # broadcast: no expand (a node) to undo
+            x = x + self.pos_embed(n)
+        elif positional == "learned":
             x = x + self.hook_pos_embed(self.pos_embed(n).expand_as(x))
         elif positional == "sinusoidal":
             x = x + self.hook_pos_embed(self.sinusoidal[:n].expand_as(x))
