@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from depthlab.models import MODELS, TaskShapes, build_model
 from depthlab.models.attention_kernels import ConstantInputLayer, weighted_keys
 from depthlab.models.fused_blocks import ResidualMLP
-from depthlab.models.fused_nodes import HeadsOutput, HeadsProjection, RunLayerNorm
+from depthlab.models.fused_nodes import HeadsOutput, HeadsProjection, RunLayerNorm, RunProduct
 
 
 def composed(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -83,6 +83,22 @@ def test_heads_projection_equals_autograds_composition_bit_for_bit(with_bias, he
     grads += [torch.randn(runs * batch, heads, n, d_head, generator=g, dtype=dtype) for _ in range(2)]
     equal_values_and_gradients((composed_projection, HeadsProjection.apply), leaves, grads,
                                *([] if with_bias else [None, None, None]))
+
+
+def composed_product(x, w, b):
+    """What ``components.Unembed`` computed before for [R, B, d]: ``bmm``, or ``baddbmm`` with the bias unsqueezed."""
+    return torch.bmm(x, w) if b is None else torch.baddbmm(b.unsqueeze(1), x, w)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_run_product_equals_autograds_composition_bit_for_bit(with_bias, dtype):
+    g = torch.Generator().manual_seed(9)
+    runs, rows, d, e = 3, 7, 12, 5
+    leaves = [torch.randn(runs, rows, d, generator=g, dtype=dtype), torch.randn(runs, d, e, generator=g, dtype=dtype)]
+    leaves += [torch.randn(runs, e, generator=g, dtype=dtype)] if with_bias else []
+    grads = [torch.randn(runs, rows, e, generator=g, dtype=dtype)]
+    equal_values_and_gradients((composed_product, RunProduct.apply), leaves, grads, *([] if with_bias else [None]))
 
 
 def composed_output(z, w_o, b_o, residual, shape):
