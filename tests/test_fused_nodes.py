@@ -7,9 +7,9 @@ import torch
 import torch.nn.functional as F
 
 from depthlab.models import MODELS, TaskShapes, build_model
-from depthlab.models.attention_kernels import ConstantInputLayer, weighted_keys
+from depthlab.models.attention_kernels import weighted_keys
 from depthlab.models.fused_blocks import ResidualMLP
-from depthlab.models.fused_nodes import HeadsOutput, HeadsProjection, RunLayerNorm, RunProduct
+from depthlab.models.fused_nodes import HeadsOutput, HeadsProjection, RunLayerNorm
 
 
 def composed(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -83,22 +83,6 @@ def test_heads_projection_equals_autograds_composition_bit_for_bit(with_bias, he
     grads += [torch.randn(runs * batch, heads, n, d_head, generator=g, dtype=dtype) for _ in range(2)]
     equal_values_and_gradients((composed_projection, HeadsProjection.apply), leaves, grads,
                                *([] if with_bias else [None, None, None]))
-
-
-def composed_product(x, w, b):
-    """What ``components.Unembed`` computed before for [R, B, d]: ``bmm``, or ``baddbmm`` with the bias unsqueezed."""
-    return torch.bmm(x, w) if b is None else torch.baddbmm(b.unsqueeze(1), x, w)
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-@pytest.mark.parametrize("with_bias", [True, False])
-def test_run_product_equals_autograds_composition_bit_for_bit(with_bias, dtype):
-    g = torch.Generator().manual_seed(9)
-    runs, rows, d, e = 3, 7, 12, 5
-    leaves = [torch.randn(runs, rows, d, generator=g, dtype=dtype), torch.randn(runs, d, e, generator=g, dtype=dtype)]
-    leaves += [torch.randn(runs, e, generator=g, dtype=dtype)] if with_bias else []
-    grads = [torch.randn(runs, rows, e, generator=g, dtype=dtype)]
-    equal_values_and_gradients((composed_product, RunProduct.apply), leaves, grads, *([] if with_bias else [None]))
 
 
 def composed_output(z, w_o, b_o, residual, shape):
@@ -198,36 +182,3 @@ def test_one_heads_weighted_keys_equal_the_broadcast_over_added_axes_bit_for_bit
     heads = torch.relu(torch.randn(64, 11, 3, generator=g))
     assert torch.equal(weighted_keys(heads, keys), (heads.unsqueeze(-1) * keys.unsqueeze(2)).sum(1))
 
-
-def composed_layer(h, w_qk, w_v, softmax):
-    """What ``attention_kernels.full_layer`` computes under autograd: four products on views of H."""
-    runs, batch, n, width = h.shape
-    heads = w_qk.shape[1]
-    rows = h.view(runs, batch * n, width)
-    keys = rows.view(runs * batch, n, width)
-    w_q = w_qk.view(runs, width, width) if heads == 1 else w_qk.transpose(1, 2).reshape(runs, width, -1)
-    queries = torch.bmm(rows, w_q).view(runs * batch, n * heads, width)
-    scores = torch.bmm(queries, keys.transpose(1, 2))
-    mixed = torch.bmm(scores.softmax(-1) if softmax else torch.relu(scores), keys).view(runs, batch * n, -1)
-    return torch.baddbmm(rows, mixed, w_v.view(runs, heads * width, width), alpha=1 / heads).view(h.shape)
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-@pytest.mark.parametrize("softmax", [False, True])
-@pytest.mark.parametrize("heads", [1, 3])
-def test_a_layer_on_a_constant_input_equals_autograds_composition_bit_for_bit(heads, softmax, dtype):
-    """The attention-only model's first layer (H^(0) takes no gradient) as one node: values and the weights'
-    gradients as autograd's."""
-    g = torch.Generator().manual_seed(8)
-    runs, batch, n, width = 2, 4, 6, 10
-    h = torch.randn(runs, batch, n, width, generator=g, dtype=dtype)
-    weights = [torch.randn(runs, heads, width, width, generator=g, dtype=dtype) * 0.3 for _ in range(2)]
-    grad = torch.randn(h.shape, generator=g, dtype=dtype)
-    results = []
-    for fn in (composed_layer, ConstantInputLayer.apply):
-        w_qk, w_v = (w.clone().requires_grad_() for w in weights)
-        out = fn(h, w_qk, w_v, softmax)
-        out.backward(grad)
-        results.append([out.detach(), w_qk.grad, w_v.grad])
-    for expected, got in zip(*results, strict=True):
-        assert torch.equal(expected, got)

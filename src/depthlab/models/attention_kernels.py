@@ -37,35 +37,22 @@ def weighted_keys(weights: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
     return (weights.unsqueeze(-1) * keys.unsqueeze(2)).sum(1)
 
 
-def _layer_products(h: torch.Tensor, w_qk: torch.Tensor, w_v: torch.Tensor,
-                    softmax: bool) -> tuple[torch.Tensor, ...]:
-    """:func:`full_layer`'s products up to the last (fp32): (rows, keys, the stacked W_QK, pattern, mixed, W_V as
-    one matrix)."""
-    runs, batch, n, width = h.shape
-    heads = w_qk.shape[1]
-    rows = h.view(runs, batch * n, width)
-    keys = rows.view(runs * batch, n, width)
-    w_q = stacked_heads(w_qk)
-    queries = torch.bmm(rows, w_q).view(runs * batch, n * heads, width)  # x_q W_QK,i per (q, i)
-    pattern = attention_pattern(torch.bmm(queries, keys.transpose(1, 2)), softmax)  # [R·B, n·heads, n]
-    mixed = torch.bmm(pattern, keys).view(runs, batch * n, heads * width)  # Σ_k pattern[(q, i), k] x_k
-    return rows, keys, w_q, pattern, mixed, w_v.view(runs, heads * width, width)
-
-
 def full_layer(h: torch.Tensor, w_qk: torch.Tensor, w_v: torch.Tensor, softmax: bool) -> torch.Tensor:
     """H + (1/m) Σ_i σ(H W_QK,i Hᵀ) H W_V,i for every position (seed 001 eq. 2), [R, B, n, d'], as four
     batched products on views (the 1/m applied to the product's result): what a layer computes when no hook
     asks for its intermediates. Rows (query, head) of every example are one matrix, so the scores, the pattern
     and the mixed keys need no transposes or copies, and the residual is one product over (head, coordinate).
-    A constant H (the first layer's one-hot rows, eq. 3) takes :class:`ConstantInputLayer`'s shorter backward.
     """
+    runs, batch, n, width = h.shape
     heads = w_qk.shape[1]
-    if torch.is_autocast_enabled(h.device.type):  # … in bf16, where the residual stream stays fp32
-        _, _, _, _, mixed, w_v = _layer_products(h, w_qk, w_v, softmax)
+    rows = h.view(runs, batch * n, width)
+    keys = rows.view(runs * batch, n, width)
+    queries = torch.bmm(rows, stacked_heads(w_qk)).view(runs * batch, n * heads, width)  # x_q W_QK,i per (q, i)
+    pattern = attention_pattern(torch.bmm(queries, keys.transpose(1, 2)), softmax)  # [R·B, n·heads, n]
+    mixed = torch.bmm(pattern, keys).view(runs, batch * n, heads * width)  # Σ_k pattern[(q, i), k] x_k
+    w_v = w_v.view(runs, heads * width, width)
+    if torch.is_autocast_enabled(h.device.type):  # … except in bf16, where the residual stream stays fp32
         return h + torch.bmm(mixed, w_v).mul_(1 / heads).view(h.shape)
-    if not h.requires_grad:
-        return ConstantInputLayer.apply(h, w_qk, w_v, softmax)
-    rows, _, _, _, mixed, w_v = _layer_products(h, w_qk, w_v, softmax)
     return torch.baddbmm(rows, mixed, w_v, alpha=1 / heads).view(h.shape)
 
 
@@ -73,43 +60,7 @@ def _heads_first(grad: torch.Tensor, heads: int) -> torch.Tensor:
     """The gradient of :func:`stacked_heads`' [R, d', heads · e] as the weight's [R, heads, d', e]: a view for one
     head (as autograd's ``ViewBackward0`` makes it), else a transposed view."""
     runs, width, e = grad.shape[0], grad.shape[1], grad.shape[2] // heads
-    return grad.view(runs, 1, width, e) if heads == 1 else transposed(grad.view(runs, width, heads, e))
-
-
-def _scaled(t: torch.Tensor, alpha: float) -> torch.Tensor:
-    """``t · alpha``, skipped for alpha 1 (autograd's ``maybe_multiply``)."""
-    return t if alpha == 1 else t * alpha
-
-
-class ConstantInputLayer(torch.autograd.Function):
-    """:func:`full_layer` for an H that takes no gradient (the first layer's H^(0), one-hot rows: seed 001 eq. 3), as
-    one autograd node: its backward makes the products, the pattern's backward and the views autograd's nodes make
-    for the weights' gradients, on the same operands in the same order (equal bit for bit:
-    ``tests/test_fused_nodes.py``), without the nine nodes that view and transpose around them."""
-
-    @staticmethod
-    def forward(ctx, h: torch.Tensor, w_qk: torch.Tensor, w_v: torch.Tensor, softmax: bool) -> torch.Tensor:
-        rows, keys, _, pattern, mixed, w_o = _layer_products(h, w_qk, w_v, softmax)
-        ctx.save_for_backward(rows, keys, pattern, mixed, w_o)
-        ctx.softmax, ctx.heads = softmax, w_qk.shape[1]
-        return torch.baddbmm(rows, mixed, w_o, alpha=1 / ctx.heads).view(h.shape)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        rows, keys, pattern, mixed, w_o = ctx.saved_tensors
-        runs, width, heads = rows.shape[0], rows.shape[-1], ctx.heads
-        grad = grad.reshape(rows.shape)
-        grad_mixed = _scaled(torch.bmm(grad, transposed(w_o)), 1 / heads).view(pattern.shape[0], -1, width)
-        grad_w_v = _scaled(torch.bmm(transposed(mixed), grad), 1 / heads).view(runs, heads, width, width)
-        grad_pattern = torch.bmm(grad_mixed, transposed(keys))
-        if ctx.softmax:
-            grad_scores = torch.ops.aten._softmax_backward_data(grad_pattern, pattern, -1, pattern.dtype)
-        else:
-            grad_scores = torch.ops.aten.threshold_backward(grad_pattern, pattern, 0)
-        grad_queries = torch.bmm(grad_scores, keys).view(runs, -1, heads * width)
-        grad_w_q = torch.bmm(transposed(rows), grad_queries)  # [R, d', heads · d']: stacked_heads' layout
-        grad_w_qk = _heads_first(grad_w_q, heads)
-        return None, grad_w_qk, grad_w_v, None
+    return grad.view(runs, 1, width, e) if heads == 1 else grad.view(runs, width, heads, e).transpose(1, 2)
 
 
 class LastQueryAttention(torch.autograd.Function):

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from .factored import Circuits
 from .fused_blocks import ResidualMLP
-from .fused_nodes import HeadsOutput, HeadsProjection, RunLayerNorm, RunProduct, side_by_side, side_by_side_bias
+from .fused_nodes import HeadsOutput, HeadsProjection, RunLayerNorm, side_by_side, side_by_side_bias
 from .hooks import HookPoint, hooked
 
 
@@ -175,8 +175,6 @@ class Unembed(torch.nn.Module):
             self.b_U = b_u
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dim() == 3 and not torch.is_autocast_enabled(x.device.type):  # [R, B, d]: one node (models.fused_nodes)
-            return RunProduct.apply(x, self.W_U, getattr(self, "b_U", None))
         if hasattr(self, "b_U") and x.dim() == 3:  # [R, B, d]: the product and the bias in one operation
             return torch.baddbmm(self.b_U.unsqueeze(1), x, self.W_U)
         logits = per_run(x, self.W_U)

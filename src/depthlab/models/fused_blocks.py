@@ -1,11 +1,12 @@
 """The pre-norm MLP sublayer as one autograd node (issue 45 item 5): x + MLP(LN(x)), with the MLP
 GELU(y W_in + b_in) W_out + b_out (seed 002 §7.1's GPT-2 block; the recurrent families' blocks with an MLP).
 
-Autograd builds it from eleven nodes (the layer norm, the views of x and of the three per-run biases, two
-``baddbmm``, the GELU, the view back and the residual add); :class:`ResidualMLP` makes the same kernels on the same
-operands in the same order — ``native_layer_norm``, ``addcmul``, ``baddbmm``, ``gelu``, ``baddbmm``, ``add`` — and in
-its backward the products and sums of ``BaddbmmBackward0``, ``gelu_backward`` and the layer norm's
-(``models.fused_nodes``), so values and gradients equal autograd's bit for bit (``tests/test_fused_nodes.py``).
+Autograd builds it from nine nodes (the layer norm, the view of its output as rows, the added axes of the two
+per-run biases, two ``baddbmm``, the GELU, the view back and the residual add); :class:`ResidualMLP` makes the same
+kernels on the same operands in the same order — ``native_layer_norm``, ``addcmul``, ``baddbmm``, ``gelu``,
+``baddbmm``, ``add`` — and in its backward the products and sums of ``BaddbmmBackward0``, ``gelu_backward`` and the
+layer norm's (``models.fused_nodes``), so values and gradients equal autograd's bit for bit
+(``tests/test_fused_nodes.py``).
 Used where no hook of the block is attached and autocast is off.
 """
 
