@@ -32,14 +32,16 @@ def test_bench_json_shape():
 
 def test_bench_ops_counts_a_step_whatever_the_group_size_and_its_parts_inside_it():
     """`bench --ops` on the CPU: a step's ATen operations do not grow with the runs in its group (the engine's
-    promise), and the optimizer's and the data's operations are parts of it."""
+    promise), and the forward's, the backward's, the optimizer's and the data's operations are parts of it."""
     args = ["bench", "--ops", "--runs", "1,3", "--case", "icqa-quick", "--json"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     one, three = json.loads(result.stdout)["cases"]
     assert (one["runs"], three["runs"]) == (1, 3) and one["step_mode"] == "eager (cpu)"
     assert one["ops"] == three["ops"] and one["optimizer_ops"] == three["optimizer_ops"]
-    assert one["optimizer_ops"] > 0 and one["data_ops"] > 0 and one["optimizer_ops"] + one["data_ops"] < one["ops"]
+    parts = ("forward_ops", "backward_ops", "optimizer_ops", "data_ops")
+    assert all(one[part] > 0 for part in parts) and sum(one[part] for part in parts) < one["ops"]
+    assert one["backward_ops"] > one["forward_ops"]  # the backward makes two products for each of the forward's
     assert "kernels" not in one
 
 

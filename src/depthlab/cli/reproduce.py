@@ -344,8 +344,9 @@ def _bench_ops(counts: list[int], case: list[str] | None, device: str, json_out:
 
     show_row = _row_printer(json_out, lambda row: console.print(
         f"{row['name']:<28} R={row['runs']:<3} {_compiled(row)}{row['parameter_tensors']:>3} parameter tensors: "
-        f"{row['ops']:>7,.0f} ATen ops/step ({row['top_ops']:,.0f} called directly; optimizer "
-        f"{row['optimizer_ops']:,.0f}, data {row['data_ops']:,.0f})"
+        f"{row['ops']:>7,.0f} ATen ops/step ({row['top_ops']:,.0f} called directly; forward "
+        f"{row['forward_ops']:,.0f}, backward {row['backward_ops']:,.0f}, optimizer {row['optimizer_ops']:,.0f}, "
+        f"data {row['data_ops']:,.0f})"
         + (f", {row['kernels']:,.0f} kernels" if "kernels" in row else "")))
     result = count_ops(counts, case, device, progress=show_row, compile_modes=compile_modes)
     if json_out:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import torch
 
+from .fused_nodes import transposed
+
 
 def attention_pattern(scores: torch.Tensor, softmax: bool) -> torch.Tensor:
     """σ over the keys (the last axis): the paper's ReLU (seed 001 eq. 2), or the softmax."""
@@ -54,6 +56,13 @@ def full_layer(h: torch.Tensor, w_qk: torch.Tensor, w_v: torch.Tensor, softmax: 
     return torch.baddbmm(rows, mixed, w_v, alpha=1 / heads).view(h.shape)
 
 
+def _heads_first(grad: torch.Tensor, heads: int) -> torch.Tensor:
+    """The gradient of :func:`stacked_heads`' [R, d', heads · e] as the weight's [R, heads, d', e]: a view for one
+    head (as autograd's ``ViewBackward0`` makes it), else a transposed view."""
+    runs, width, e = grad.shape[0], grad.shape[1], grad.shape[2] // heads
+    return grad.view(runs, 1, width, e) if heads == 1 else grad.view(runs, width, heads, e).transpose(1, 2)
+
+
 class LastQueryAttention(torch.autograd.Function):
     """The last layer for its one query, with the residual: h_{n-1} + (1/m) Σ_i (Σ_k σ(s_i)_k x_k) W_V,i,
     where s_i,k = x_{n-1} W_QK,i x_kᵀ (seed 001 eq. 2, the classifier's column only).
@@ -76,7 +85,7 @@ class LastQueryAttention(torch.autograd.Function):
         x = h[:, :, -1]
         w_q = stacked_heads(w_qk)
         queries = torch.bmm(x, w_q).view(runs * batch, heads, width)  # [R·B, heads, d']
-        scores = torch.bmm(keys, queries.transpose(1, 2))  # [R·B, n, heads]
+        scores = torch.bmm(keys, transposed(queries))  # [R·B, n, heads]
         pattern = scores.softmax(1) if softmax else torch.relu(scores)
         mixed = weighted_keys(pattern, keys).view(runs, batch, heads * width)
         w_o = w_v.view(runs, heads * width, width)
@@ -93,23 +102,23 @@ class LastQueryAttention(torch.autograd.Function):
         runs, batch, width = x.shape
         heads = queries.shape[1]
         grad_out = grad if heads == 1 else grad * (1 / heads)  # the output's 1/m
-        grad_mixed = torch.bmm(grad_out, w_o.transpose(1, 2))  # [R, B, heads·d']
-        grad_w_v = torch.bmm(mixed.transpose(1, 2), grad_out).view(runs, heads, width, width)
+        grad_mixed = torch.bmm(grad_out, transposed(w_o))  # [R, B, heads·d']
+        grad_w_v = torch.bmm(transposed(mixed), grad_out).view(runs, heads, width, width)
         grad_mixed = grad_mixed.view(runs * batch, heads, width)
-        grad_pattern = torch.bmm(keys, grad_mixed.transpose(1, 2))  # [R·B, n, heads]
+        grad_pattern = torch.bmm(keys, transposed(grad_mixed))  # [R·B, n, heads]
         if ctx.softmax:
             grad_scores = pattern * (grad_pattern - (pattern * grad_pattern).sum(1, keepdim=True))
         else:
             grad_scores = torch.ops.aten.threshold_backward(grad_pattern, scores, 0)  # ReLU's: zero where scores <= 0
         grad_queries = weighted_keys(grad_scores, keys)  # [R·B, heads, d']
         flat_queries = grad_queries.view(runs, batch, heads * width)
-        grad_w_qk = torch.bmm(x.transpose(1, 2), flat_queries).view(runs, width, heads, width).transpose(1, 2)
+        grad_w_qk = _heads_first(torch.bmm(transposed(x), flat_queries), heads)
         # H's gradient: every key's share of the pattern and the scores, all heads at once, in one tensor
         if heads == 1:
             grad_h = torch.mul(pattern, grad_mixed).addcmul_(grad_scores, queries)
         else:
             grad_h = torch.bmm(pattern, grad_mixed).baddbmm_(grad_scores, queries)
         grad_h = (grad_h if grad_h.dtype == x.dtype else grad_h.to(x.dtype)).view(runs, batch, -1, width)
-        grad_h[:, :, -1].add_(grad).add_(torch.bmm(flat_queries, w_q.transpose(1, 2)))
+        grad_h[:, :, -1].add_(grad).add_(torch.bmm(flat_queries, transposed(w_q)))
         return grad_h, grad_w_qk, grad_w_v, None
 

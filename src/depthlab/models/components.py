@@ -20,8 +20,9 @@ import torch
 import torch.nn.functional as F
 
 from .factored import Circuits
-from .fused_nodes import HeadsProjection, RunLayerNorm, side_by_side, side_by_side_bias
-from .hooks import HookPoint
+from .fused_blocks import ResidualMLP
+from .fused_nodes import HeadsOutput, HeadsProjection, RunLayerNorm, side_by_side, side_by_side_bias
+from .hooks import HookPoint, hooked
 
 
 def per_run(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -156,6 +157,13 @@ class MLP(torch.nn.Module):
         pre = self.hook_pre(per_run(x, self.W_in) + bias(self.b_in, x))
         return per_run(self.hook_post(F.gelu(pre)), self.W_out) + bias(self.b_out, x)
 
+    def residual(self, x: torch.Tensor, norm: LayerNorm) -> torch.Tensor:
+        """x + MLP(norm(x)), the pre-norm sublayer: one autograd node (``models.fused_blocks``) where no hook is
+        attached (the caller's to check), ``norm`` is a LayerNorm and autocast is off; else the modules' own."""
+        if norm.rms or torch.is_autocast_enabled(x.device.type):
+            return x + self(norm(x))
+        return ResidualMLP.apply(x, norm.w, norm.b, self.W_in, self.b_in, self.W_out, self.b_out)
+
 
 class Unembed(torch.nn.Module):
     """Logits = x W_U (+ b_U): ``W_U`` [R, d_model, classes], ``b_U`` [R, classes] (None: no bias)."""
@@ -211,31 +219,31 @@ class HeadProjections(Circuits, torch.nn.Module):
     @property
     def hooked(self) -> bool:
         """Whether a hook asks for q, k, v or z (or a subclass's own points): then the generic path runs."""
-        if "_points" not in self.__dict__:  # the points are fixed once built: listed at the first call
-            self.__dict__["_points"] = [m for m in self.modules() if isinstance(m, HookPoint)]
-        return any(point.fns for point in self.__dict__["_points"])
+        return hooked(self)
 
     def fused_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q, k, v as [R·B, heads, n, d_head] views of one product: x [R, B, n, d] times W_Q, W_K, W_V side by
         side (and their biases), what attention kernels take; no hook sees them."""
+        biases = (self.b_Q, self.b_K, self.b_V) if self.with_bias else (None, None, None)
+        if not torch.is_autocast_enabled(x.device.type):  # one autograd node (models.fused_nodes)
+            return HeadsProjection.apply(x, self.W_Q, self.W_K, self.W_V, *biases)
+        # autocast casts the products' operands, which autograd's nodes record
         runs, batch, n, d = x.shape
         heads, d_head = self.W_Q.shape[1], self.W_Q.shape[-1]
-        rows = x.reshape(runs, batch * n, d)
-        biases = (self.b_Q, self.b_K, self.b_V) if self.with_bias else (None, None, None)
-        if torch.is_autocast_enabled(x.device.type):  # autocast casts the products' operands: autograd's nodes
-            w = side_by_side(self.W_Q, self.W_K, self.W_V)
-            qkv = torch.baddbmm(side_by_side_bias(*biases), rows, w) if self.with_bias else torch.bmm(rows, w)
-        else:  # the same products as one autograd node (models.fused_nodes)
-            qkv = HeadsProjection.apply(rows, self.W_Q, self.W_K, self.W_V, *biases)
+        rows, w = x.reshape(runs, batch * n, d), side_by_side(self.W_Q, self.W_K, self.W_V)
+        qkv = torch.baddbmm(side_by_side_bias(*biases), rows, w) if self.with_bias else torch.bmm(rows, w)
         return qkv.view(runs * batch, n, heads, 3 * d_head).transpose(1, 2).split(d_head, dim=-1)
 
-    def fused_output(self, z: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-        """z [R·B, heads, n, d_head] -> Σ_h z_h W_O,h (+ b_O) shaped like ``like`` [R, B, n, d], in one product."""
+    def fused_output(self, z: torch.Tensor, like: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        """z [R·B, heads, n, d_head] -> Σ_h z_h W_O,h (+ b_O) shaped like ``like`` [R, B, n, d], in one product;
+        ``residual`` + that when given."""
+        if self.with_bias and not torch.is_autocast_enabled(z.device.type):  # one autograd node (models.fused_nodes)
+            return HeadsOutput.apply(z, self.W_O, self.b_O, residual, like.shape)
         runs, heads, d_head = self.W_O.shape[0], self.W_O.shape[1], self.W_O.shape[2]
         rows = z.transpose(1, 2).reshape(runs, -1, heads * d_head)
         w = self.W_O.reshape(runs, heads * d_head, -1)
-        out = torch.baddbmm(self.b_O.unsqueeze(1), rows, w) if self.with_bias else torch.bmm(rows, w)
-        return out.view(like.shape)
+        out = (torch.baddbmm(self.b_O.unsqueeze(1), rows, w) if self.with_bias else torch.bmm(rows, w)).view(like.shape)
+        return out if residual is None else residual + out
 
     def output(self, z: torch.Tensor) -> torch.Tensor:
         """z [R, B, heads, n, d_head] (through ``hook_z``) -> Σ_h z_h W_O,h (+ b_O): [R, B, n, d_model]."""

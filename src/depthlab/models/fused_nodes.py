@@ -6,9 +6,11 @@ step); each equals autograd's own composition bit for bit, values and gradients 
 ``native_layer_norm`` then ``addcmul``; backward the products and sums autograd's ``AddcmulBackward0`` makes and
 ``native_layer_norm_backward``. Autograd builds that from four nodes (the per-run views of ``w`` and ``b``, the layer
 norm, the affine map and its broadcast sums): 12 operations fewer for each LayerNorm of a step (about 23 of about 35
-left). :class:`HeadsProjection`: the transformer's q, k and v in one product.
+left). :class:`HeadsProjection`: the transformer's q, k and v in one product, handed to attention as views;
+:class:`HeadsOutput`: Σ_h z_h W_O,h + b_O, with the residual stream added when given. The MLP sublayer is
+``models.fused_blocks``.
 
-Both are used where autocast is off (autocast casts the products' operands, which autograd's nodes record).
+All are used where autocast is off (autocast casts the products' operands, which autograd's nodes record).
 """
 
 from __future__ import annotations
@@ -18,9 +20,37 @@ import torch
 EPS = 1e-5  # F.layer_norm's default
 
 
+def transposed(t: torch.Tensor) -> torch.Tensor:
+    """``t.transpose(1, 2)`` for a 3-d ``t``, as one ``as_strided`` (``transpose`` calls it: two operations; 1.5 µs
+    against 1.4 µs a call, measured). For the hand-written nodes' own operands only: under autograd an
+    ``as_strided`` view has a costly backward."""
+    batch, rows, cols = t.shape
+    stride_batch, stride_rows, stride_cols = t.stride()
+    return t.as_strided((batch, cols, rows), (stride_batch, stride_cols, stride_rows))
+
+
 def _per_run(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """[R, d] as [R, 1, …, 1, d], to broadcast against ``like`` [R, …, d]."""
     return t.view(t.shape[0], *([1] * (like.dim() - 2)), t.shape[-1])
+
+
+def layer_norm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """LN(x) · w + b for ``x`` [R, …, d] and ``w``, ``b`` [R, d], and what its backward needs: (out, normed, mean,
+    rstd)."""
+    normed, mean, rstd = torch.native_layer_norm(x, x.shape[-1:], None, None, EPS)
+    return torch.addcmul(_per_run(b, x), normed, _per_run(w, x)), normed, mean, rstd
+
+
+def layer_norm_grads(grad: torch.Tensor, x: torch.Tensor, w: torch.Tensor, normed: torch.Tensor,
+                     mean: torch.Tensor, rstd: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`layer_norm`'s gradients (x, w, b) from the output's ``grad``: the products and sums autograd's
+    ``AddcmulBackward0`` makes, and ``native_layer_norm_backward``."""
+    rows = tuple(range(1, x.dim() - 1))  # the axes a run's w and b are broadcast over
+    grad_x = torch.ops.aten.native_layer_norm_backward(grad * _per_run(w, x), x, x.shape[-1:], mean, rstd,
+                                                       None, None, [True, False, False])[0]
+    grad_w = (grad * normed).sum(rows) if rows else grad * normed
+    grad_b = grad.sum(rows) if rows else grad
+    return grad_x, grad_w, grad_b
 
 
 class RunLayerNorm(torch.autograd.Function):
@@ -28,23 +58,21 @@ class RunLayerNorm(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        normed, mean, rstd = torch.native_layer_norm(x, x.shape[-1:], None, None, EPS)
+        out, normed, mean, rstd = layer_norm(x, w, b)
         ctx.save_for_backward(x, w, normed, mean, rstd)
-        return torch.addcmul(_per_run(b, x), normed, _per_run(w, x))
+        return out
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        x, w, normed, mean, rstd = ctx.saved_tensors
-        rows = tuple(range(1, x.dim() - 1))  # the axes a run's w and b are broadcast over
-        grad_w = grad_b = grad_x = None
-        if ctx.needs_input_grad[0]:
-            grad_x = torch.ops.aten.native_layer_norm_backward(grad * _per_run(w, x), x, x.shape[-1:], mean, rstd,
-                                                               None, None, [True, False, False])[0]
-        if ctx.needs_input_grad[1]:
-            grad_w = (grad * normed).sum(rows) if rows else grad * normed
-        if ctx.needs_input_grad[2]:
-            grad_b = grad.sum(rows) if rows else grad
-        return grad_x, grad_w, grad_b
+        return layer_norm_grads(grad, *ctx.saved_tensors)
+
+
+def product_grads(grad: torch.Tensor, rows: torch.Tensor, w: torch.Tensor,
+                  bias: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """The gradients of ``baddbmm(b [R, 1, e], rows [R, M, d], w [R, d, e])`` (``bmm(rows, w)`` without ``bias``)
+    from the output's ``grad``: rows, w and b ([R, e], or None), as autograd's ``BaddbmmBackward0`` and the bias's
+    broadcast sum make them."""
+    return torch.bmm(grad, transposed(w)), torch.bmm(transposed(rows), grad), grad.sum(1) if bias else None
 
 
 def side_by_side(w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor) -> torch.Tensor:
@@ -59,29 +87,57 @@ def side_by_side_bias(b_q: torch.Tensor, b_k: torch.Tensor, b_v: torch.Tensor) -
     return torch.cat((b_q, b_k, b_v), dim=-1).view(b_q.shape[0], 1, -1)
 
 
+def _side_by_side_copy(w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor) -> torch.Tensor:
+    """:func:`side_by_side`'s matrix, each weight copied into its columns (seven operations where concatenating,
+    transposing and reshaping are ten; under autograd those are differentiable, these copies are not)."""
+    runs, heads, d, d_head = w_q.shape
+    w = torch.empty(runs, d, heads * 3 * d_head, dtype=w_q.dtype, device=w_q.device)
+    row = heads * 3 * d_head
+    for part, weight in enumerate((w_q, w_k, w_v)):
+        w.as_strided((runs, heads, d, d_head), (d * row, 3 * d_head, row, 1), part * d_head).copy_(weight)
+    return w
+
+
+def _qkv_layout(runs: int, batch: int, n: int, heads: int, d_head: int) -> tuple[list[int], list[int]]:
+    """Size and stride of q, k or v [R·B, heads, n, d_head] inside a product [R, B·n, heads · 3 · d_head]."""
+    row = heads * 3 * d_head
+    return [runs * batch, heads, n, d_head], [n * row, 3 * d_head, row, 1]
+
+
 class HeadsProjection(torch.autograd.Function):
-    """``rows`` [R, M, d] times ``W_Q``, ``W_K``, ``W_V`` [R, heads, d, d_head] side by side (plus ``b_Q``, ``b_K``,
-    ``b_V`` [R, heads, d_head], or None for no bias) -> [R, M, heads · 3 · d_head], each head's q, k, v adjacent.
+    """``x`` [R, B, n, d] times ``W_Q``, ``W_K``, ``W_V`` [R, heads, d, d_head] side by side (plus ``b_Q``, ``b_K``,
+    ``b_V`` [R, heads, d_head], or None for no bias) -> q, k, v [R·B, heads, n, d_head], strided views of one
+    product [R, B·n, heads · 3 · d_head] (each head's q, k, v columns adjacent), what attention kernels take.
 
     The products autograd's ``BaddbmmBackward0`` makes, on the same operands (the side-by-side weight is built once,
     in the forward); without the nodes that concatenate, transpose and reshape the six parameters (and undo it in
-    the backward): 17 operations fewer for each attention layer of a step."""
+    the backward), nor those that reshape x and split the product into q, k and v (the backward writes the three
+    gradients into one buffer where autograd concatenated and copied)."""
 
     @staticmethod
-    def forward(ctx, rows: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor,
-                b_q: torch.Tensor | None, b_k: torch.Tensor | None, b_v: torch.Tensor | None) -> torch.Tensor:
-        w = side_by_side(w_q, w_k, w_v)
+    def forward(ctx, x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor,
+                b_q: torch.Tensor | None, b_k: torch.Tensor | None, b_v: torch.Tensor | None):
+        runs, batch, n, d = x.shape
+        heads, d_head = w_q.shape[1], w_q.shape[-1]
+        rows, w = x.reshape(runs, batch * n, d), _side_by_side_copy(w_q, w_k, w_v)
         ctx.save_for_backward(rows, w)
-        ctx.heads, ctx.d_head = w_q.shape[1], w_q.shape[-1]
-        return torch.bmm(rows, w) if b_q is None else torch.baddbmm(side_by_side_bias(b_q, b_k, b_v), rows, w)
+        ctx.shape, ctx.x_shape = (runs, batch, n, heads, d_head), x.shape
+        qkv = torch.bmm(rows, w) if b_q is None else torch.baddbmm(side_by_side_bias(b_q, b_k, b_v), rows, w)
+        size, stride = _qkv_layout(*ctx.shape)
+        # a product's fresh result: its storage starts at the tensor (no offset to read, none for TorchDynamo to
+        # trace: storage_offset() breaks a compiled graph)
+        return tuple(qkv.as_strided(size, stride, part * d_head) for part in range(3))
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor):
+    def backward(ctx, grad_q: torch.Tensor, grad_k: torch.Tensor, grad_v: torch.Tensor):
         rows, w = ctx.saved_tensors
-        grad_rows = torch.bmm(grad, w.transpose(1, 2)) if ctx.needs_input_grad[0] else None
-        grad_w = torch.bmm(rows.transpose(1, 2), grad)  # [R, d, heads · 3 · d_head]
-        grad_b = grad.sum(1) if ctx.needs_input_grad[4] else None  # [R, heads · 3 · d_head]
-        return grad_rows, *_thirds(grad_w, ctx.heads, ctx.d_head), *_thirds(grad_b, ctx.heads, ctx.d_head)
+        runs, batch, n, heads, d_head = ctx.shape
+        grad = torch.empty(runs, batch * n, heads * 3 * d_head, dtype=rows.dtype, device=rows.device)
+        size, stride = _qkv_layout(*ctx.shape)
+        for part, grad_part in enumerate((grad_q, grad_k, grad_v)):
+            grad.as_strided(size, stride, part * d_head).copy_(grad_part)
+        grad_rows, grad_w, grad_b = product_grads(grad, rows, w, bias=ctx.needs_input_grad[4])
+        return grad_rows.view(ctx.x_shape), *_thirds(grad_w, heads, d_head), *_thirds(grad_b, heads, d_head)
 
 
 def _thirds(grad: torch.Tensor | None, heads: int, d_head: int) -> tuple[torch.Tensor | None, ...]:
@@ -95,7 +151,35 @@ def _thirds(grad: torch.Tensor | None, heads: int, d_head: int) -> tuple[torch.T
         stride = (grad.stride(0), 3 * d_head * step, grad.stride(1), step)
     else:  # a bias's [R, heads · 3 · d_head]
         size, stride = (grad.shape[0], heads, d_head), (grad.stride(0), 3 * d_head * step, step)
-    # a product's or a sum's fresh result: its storage starts at the tensor (no offset to add, none for TorchDynamo
-    # to trace: storage_offset() breaks a compiled graph)
     q, k, v = [grad.as_strided(size, stride, part * d_head * step) for part in range(3)]
     return q, k, v
+
+
+class HeadsOutput(torch.autograd.Function):
+    """``z`` [R·B, heads, n, d_head] (what attention returns) -> Σ_h z_h W_O,h + b_O [R, B, n, d] (``W_O`` [R, heads,
+    d_head, d], ``b_O`` [R, d]) as one ``baddbmm``, plus ``residual`` [R, B, n, d] when given (the block's
+    x + attn(…)).
+
+    The products and the bias's sum autograd's ``BaddbmmBackward0`` makes; without the nodes that transpose and
+    reshape z, reshape W_O, add an axis to b_O, view the result and add the residual (and undo each in the
+    backward)."""
+
+    @staticmethod
+    def forward(ctx, z: torch.Tensor, w_o: torch.Tensor, b_o: torch.Tensor, residual: torch.Tensor | None,
+                shape: torch.Size) -> torch.Tensor:
+        runs, heads, d_head, d = w_o.shape
+        rows = z.transpose(1, 2).reshape(runs, -1, heads * d_head)
+        w = w_o.view(runs, heads * d_head, d)
+        ctx.save_for_backward(rows, w)
+        ctx.z_shape = z.shape
+        out = torch.baddbmm(b_o.view(runs, 1, d), rows, w).view(shape)
+        return out if residual is None else residual + out
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        rows, w = ctx.saved_tensors
+        batches, heads, n, d_head = ctx.z_shape
+        grad_rows, grad_w, grad_b = product_grads(grad.reshape(w.shape[0], -1, w.shape[-1]), rows, w)
+        grad_z = grad_rows.view(batches, n, heads, d_head).transpose(1, 2)
+        grad_residual = grad if ctx.needs_input_grad[3] else None
+        return grad_z, grad_w.view(-1, heads, d_head, w.shape[-1]), grad_b, grad_residual, None

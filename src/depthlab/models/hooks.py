@@ -130,6 +130,14 @@ class HookPoint(torch.nn.Module):
         return self.name
 
 
+def hooked(module: torch.nn.Module) -> bool:
+    """Whether a hook is attached to any hook point inside ``module`` (then its parts show every intermediate; else
+    they may compute several as one). The points are fixed once a module is built: listed at the first call."""
+    if "_points" not in module.__dict__:
+        module.__dict__["_points"] = [m for m in module.modules() if isinstance(m, HookPoint)]
+    return any(point.fns for point in module.__dict__["_points"])
+
+
 class HookedModule(torch.nn.Module):
     """Base of a model with hook points: call :meth:`setup_hooks` at the end of ``__init__``."""
 

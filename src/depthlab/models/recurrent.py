@@ -32,7 +32,7 @@ from pydantic import Field
 
 from .base import ModelSpec, RunModule, TaskShapes, init_std_for
 from .components import MLP, Embed, Init, LayerNorm, PosEmbed, Unembed, residual_out_std
-from .hooks import HookPoint
+from .hooks import HookPoint, hooked
 
 
 def kv_cache_size(layers: int, width: int, length: int) -> int:
@@ -97,6 +97,8 @@ class ResidualBlock(torch.nn.Module):
         if self.hook_state.active:
             self.hook_state(self.token_mixer.states(normed))
         x = x + getattr(self, f"hook_{self.mixer_name}_out")(self.token_mixer(normed))
+        if hasattr(self, "mlp") and not hooked(self):  # x + MLP(LN(x)) in one autograd node where it can be
+            return self.mlp.residual(x, self.ln2)
         if hasattr(self, "mlp"):
             x = self.hook_resid_mid(x)
             x = x + self.hook_mlp_out(self.mlp(self.ln2(x)))

@@ -42,7 +42,7 @@ from .components import (
     residual_out_std,
     through_head_hook,
 )
-from .hooks import HookPoint
+from .hooks import HookPoint, hooked
 
 
 @register
@@ -122,15 +122,16 @@ class Attention(HeadProjections):
             self.register_buffer("rot_sin", sin, persistent=False)
         self.register_buffer("causal_mask", causal_mask(n), persistent=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x [R, B, n, d] (normalised) -> the layer's output [R, B, n, d]."""
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        """x [R, B, n, d] (normalised) -> the layer's output [R, B, n, d], added to ``residual`` when given (only
+        where no hook is attached)."""
         if not self.hooked:  # no hook asks for q, k, v, scores, pattern or z: a product, the SDPA kernel, a product
             q, k, v = self.fused_qkv(x)
             if self.rotary:
                 n = x.shape[2]
                 q, k = (rotate(t, self.rot_cos[:n], self.rot_sin[:n]) for t in (q, k))
             z = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
-            return self.fused_output(z, x)
+            return self.fused_output(z, x, residual)
         q, k, v = self.qkv(x)
         n = x.shape[2]
         if self.rotary:
@@ -160,6 +161,9 @@ class TransformerBlock(torch.nn.Module):
             self.mlp = MLP(d, spec.d_mlp or 4 * d, init, residual_out_std(spec.std, spec.layers))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not hooked(self):  # each sublayer with its residual add in as few autograd nodes as the same kernels allow
+            x = self.attn(self.ln1(x), residual=x)
+            return self.mlp.residual(x, self.ln2) if hasattr(self, "mlp") else x
         x = self.hook_resid_pre(x)
         x = x + self.hook_attn_out(self.attn(self.ln1(x)))
         if hasattr(self, "mlp"):
@@ -216,7 +220,9 @@ class Transformer(RunModule):
         x = self.hook_embed(self.embed(inputs))
         n = inputs.shape[2]
         positional = self.spec.positional
-        if positional == "learned":
+        if positional == "learned" and not self.hook_pos_embed.active:  # broadcast: no expand (a node) to undo
+            x = x + self.pos_embed(n)
+        elif positional == "learned":
             x = x + self.hook_pos_embed(self.pos_embed(n).expand_as(x))
         elif positional == "sinusoidal":
             x = x + self.hook_pos_embed(self.sinusoidal[:n].expand_as(x))

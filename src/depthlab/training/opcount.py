@@ -13,8 +13,10 @@ then, and the profiled steps are its replays), then ``steps`` steps are profiled
 - ``ops``: every ATen operation, nested ones included (``aten::reshape`` calling ``aten::view`` counts two;
   what ``torch.profiler``'s ``key_averages`` sums), per step;
 - ``top_ops``: the operations called from Python (or from autograd's engine), per step;
-- ``optimizer_ops`` and ``data_ops``: the part of ``ops`` inside ``GroupOptimizer.step`` and inside the step's
-  batch (profiled on their own);
+- ``forward_ops``, ``backward_ops``, ``optimizer_ops`` and ``data_ops``: the part of ``ops`` in the forward pass
+  with the loss, in the backward pass from the losses' sum, inside ``GroupOptimizer.step`` and inside the step's
+  batch (profiled on their own); the rest of ``ops`` is ``zero_grad`` and the engine's bookkeeping (the train
+  sums);
 - ``kernels``: device kernels and copies per step (on a GPU only).
 """
 
@@ -67,6 +69,10 @@ def count_case(case: Case, runs: int, device: str = "cpu", steps: int = 5,
             group.opt.zero_grad()
             group.losses(x, y)[0].sum().backward()
 
+        def forward_only() -> None:
+            group.opt.zero_grad()
+            group.losses(x, y)
+
         # The eager parts before the step is captured: a CUDA graph keeps the memory of its step's activations
         # for its replays, and an eager step beside it needs as much again (256 retrieval runs ran out of
         # memory on the H100 so). Their activations are freed here; the capture may reuse that memory.
@@ -75,13 +81,15 @@ def count_case(case: Case, runs: int, device: str = "cpu", steps: int = 5,
             backward_then_update()
         data = _counted(group.next_batch, steps, where)
         both, without = _counted(backward_then_update, steps, where), _counted(backward_only, steps, where)
+        forward, zero_grad = _counted(forward_only, steps, where), _counted(group.opt.zero_grad, steps, where)
         for _ in range(warmup):
             group.step()
         whole = _counted(group.step, steps, where)
         mode = group.step_mode()
     row = {"name": case.name, "runs": runs, "compile": compile, "device": str(where),
            "parameter_tensors": len(group.names),
-           "ops": whole["ops"], "top_ops": whole["top_ops"], "optimizer_ops": both["ops"] - without["ops"],
+           "ops": whole["ops"], "top_ops": whole["top_ops"], "forward_ops": forward["ops"] - zero_grad["ops"],
+           "backward_ops": without["ops"] - forward["ops"], "optimizer_ops": both["ops"] - without["ops"],
            "data_ops": data["ops"], "step_mode": mode}
     if where.type != "cpu":
         row["kernels"] = whole["kernels"]
