@@ -117,3 +117,68 @@ def test_a_shape_estimated_past_the_measuring_time_steps_no_faster_than_the_fast
     estimated = [d["seconds_per_step"] for d in detail if not d["measured"]]
     assert len(measured) == 1 and len(estimated) == 1
     assert estimated[0] >= measured[0]
+
+
+class _Replays:
+    """A stand-in for ``device.GraphedStep`` on the CPU: the step runs eagerly, and the graph "replays" from the
+    ``captured_at``-th call on (a compiled step is captured after more warm-up calls than an eager one)."""
+
+    def __init__(self, captured_at: int) -> None:
+        self.captured_at, self.calls, self.failure = captured_at, 0, None
+
+    @property
+    def replaying(self) -> bool:
+        return self.calls >= self.captured_at
+
+    def __call__(self, step, *inputs) -> None:
+        step(*inputs)
+        self.calls += 1
+
+    def reset(self) -> None:
+        self.calls = 0
+
+    def mode(self) -> str:
+        return "replays (test)"
+
+
+@pytest.mark.parametrize("captured_at", [4, 6], ids=["eager-capture", "compiled-capture"])
+def test_the_timed_steps_start_once_the_graph_replays(tiny, monkeypatch, captured_at):
+    """The steps are timed from the first replay on: a compiled step's capture (after 5 eager warm-up calls, not 3)
+    and its compile fall in the warm-up, counted with the build, never in the seconds a step."""
+    from depthlab.sweeps import plan
+
+    calls: list[int] = []
+
+    class Recorded(plan.Group):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            self.graphed = _Replays(captured_at)
+
+        def step(self) -> None:
+            super().step()
+            calls.append(self.graphed.calls)
+
+    monkeypatch.setattr(plan, "Group", Recorded)
+    timing = measure(tiny.runs[:2])
+    warm_up = len(calls) - timing.steps_timed
+    assert warm_up == captured_at and calls[warm_up - 1] == captured_at  # the first timed step is a replay
+
+
+def test_auto_compile_is_planned_as_the_eager_step(tiny, monkeypatch):
+    """``train.compile: auto`` keeps the faster of two steps: the plan times the eager one (an upper bound), so
+    auto's trial never compiles in the middle of the timed steps; ``on`` is planned compiled."""
+    from depthlab.sweeps import plan
+
+    planned: list[str] = []
+
+    class Recorded(plan.Group):
+        def __init__(self, configs, *args, **kwargs) -> None:
+            planned.append(configs[0][0].train.compile)
+            super().__init__(configs, *args, **kwargs)
+
+    monkeypatch.setattr(plan, "Group", Recorded)
+    monkeypatch.setattr(plan.Group, "set_compiling", lambda self, on: setattr(self, "compiling", on))  # no compile
+    for mode in ("auto", "on"):
+        runs = [c.model_copy(update={"train": c.train.model_copy(update={"compile": mode})}) for c in tiny.runs[:2]]
+        measure(runs)
+    assert planned == ["off", "on"]

@@ -3,8 +3,9 @@
 The runs are put into the groups the local executor would train (``sweeps.local.plan_groups``: runs of one shape
 train together, a run axis on every tensor). For every distinct group shape (the group key and the number of runs
 in it) one group is built in a scratch store that is deleted afterwards — nothing is recorded in the user's
-store — and timed: building it (model, optimizer, the evaluation set), a few optimizer steps after the warm-up
-steps (on a GPU: the eager steps and the capture of the step's CUDA graph), the device synchronised before and after
+store — and timed: building it (model, optimizer, the evaluation set) and its warm-up (the first step, a
+compile with ``train.compile: on``, on a GPU the eager steps and the capture of the step's CUDA graph: once per
+group, so counted with the build), a few optimizer steps after it, the device synchronised before and after
 (a GPU queues graph replays: timing without it measured only the queueing, and seed 001's paper-scale plan on an H200
 read 1 minute for a study that trained for 94 s with eight workers), and one evaluation on its probe set. A group
 then costs
@@ -37,7 +38,7 @@ import torch
 from ..config import RunConfig
 from ..store import Store
 from ..training.data import eval_examples
-from ..training.device import GRAPH_WARMUP_STEPS, resolve_device, synchronize
+from ..training.device import COMPILED_WARMUP_STEPS, GRAPH_WARMUP_STEPS, resolve_device, synchronize
 from ..training.engine import Group, group_key
 from ..training.evaluate import evaluate
 from ..training.footprint import check_group
@@ -45,6 +46,7 @@ from .local import plan_groups, work
 
 MIN_SECONDS = 0.25  # time at least this long of steps per shape …
 MIN_STEPS, MAX_STEPS = 3, 50  # … and at least / at most this many steps
+WARMUP_STEPS = max(GRAPH_WARMUP_STEPS, COMPILED_WARMUP_STEPS)  # the most a group takes before its graph replays
 
 
 @dataclass
@@ -61,9 +63,12 @@ class Timing:
 
 def _scratch(config: RunConfig, steps: int) -> RunConfig:
     """The run as the plan trains it: ``steps`` steps, no checkpoints kept, the evaluation set at most twice the
-    probe's size where the task draws a fixed one (``eval_size``)."""
+    probe's size where the task draws a fixed one (``eval_size``). ``train.compile: auto`` is planned as ``off``:
+    auto keeps the faster of the eager and the compiled step, so the eager step bounds its steps (its trial would
+    otherwise compile in the middle of the timed steps)."""
+    compile_mode = "off" if config.train.compile == "auto" else config.train.compile
     train = config.train.model_copy(update={"steps": steps, "checkpoint_every": None, "keep_checkpoints": False,
-                                            "target_accuracy": None})
+                                            "target_accuracy": None, "compile": compile_mode})
     task = config.task
     if "eval_size" in type(task).model_fields:
         task = task.model_copy(update={"eval_size": min(task.eval_size, 2 * config.train.eval_examples)})
@@ -72,7 +77,7 @@ def _scratch(config: RunConfig, steps: int) -> RunConfig:
 
 def measure(group: list[RunConfig], min_seconds: float = MIN_SECONDS) -> Timing:
     """Build ``group`` in a scratch store and time it (see the module docstring)."""
-    scratch = [_scratch(c, 1 + GRAPH_WARMUP_STEPS + MAX_STEPS) for c in group]
+    scratch = [_scratch(c, 1 + WARMUP_STEPS + MAX_STEPS) for c in group]
     device = resolve_device(group[0].train.device)
     check_group(scratch)  # a group that cannot fit is refused (one line) before anything is allocated
     with tempfile.TemporaryDirectory(prefix="depthlab-plan-") as tmp:
@@ -82,9 +87,15 @@ def measure(group: list[RunConfig], min_seconds: float = MIN_SECONDS) -> Timing:
         built = Group(list(zip(scratch, ids, strict=True)), store, len(scratch))
         build = time.perf_counter() - started
         try:
-            for _ in range(1 + GRAPH_WARMUP_STEPS):  # the first chunk of data, lazy allocations, a GPU's capture
+            # the first chunk of data, lazy allocations, a compile, a GPU's capture: once per group, so counted with
+            # the build, and over before the steps are timed (a compiled step is captured after more warm-up steps)
+            started = time.perf_counter()
+            for done in range(1, 2 + WARMUP_STEPS):
                 built.step()
+                if done > GRAPH_WARMUP_STEPS and (built.graphed is None or built.graphed.replaying):
+                    break
             synchronize(device)
+            build += time.perf_counter() - started
             steps, started = 0, time.perf_counter()
             while steps < MAX_STEPS and (steps < MIN_STEPS or time.perf_counter() - started < min_seconds):
                 built.step()
