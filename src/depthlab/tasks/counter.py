@@ -3,14 +3,26 @@
 Every random number of a training example is a hash of its coordinates: (run seed, step, example in the batch,
 draw, lane): no generator state, nothing sampled on the host, nothing copied to the device. The hash is Chris Wellons'
 ``lowbias32`` integer finaliser (x ^= x >> 16; x *= 0x7feb352d; x ^= x >> 15; x *= 0x846ca68b; x ^= x >> 16),
-applied once per coordinate (a sponge: h ← hash(h ^ coordinate)). It is computed on 32-bit values held in int64
-tensors with 32 × 32-bit products split into 16-bit halves, so that no intermediate leaves the range int64 holds:
-every operation is exact integer arithmetic, and the stream is the same bit for bit on the CPU and on any GPU.
+applied once per coordinate (a sponge: h ← hash(h ^ coordinate)). It is computed on int32 tensors holding the 32-bit
+values' bits (two's complement): exact integer arithmetic modulo 2³², so the stream is the same bit for bit on the
+CPU and on any GPU, at half the memory traffic of int64 (on this project's 2-core CPU, one thread: 88 → 40 µs per
+hash of 16 K values, 8.6 → 1.3 ms of 1 M, against the int64 form with 16-bit-half products it replaced).
 
-Draws from the 32-bit values: an integer below m is ``(h · m) >> 32`` (the multiply-shift map; its bias is at most
-m / 2³² per value), k distinct values of a population are the k smallest of a hash per member (each member's key
-made unique by its index, so the order never depends on how a device breaks ties): a uniformly random ordered
-selection, up to the hash. A uniform real is (h + ½) / 2³², and a standard normal is Box and Muller's transform of
+Why int32 arithmetic is exact here. lowbias32 is arithmetic modulo 2³², and two's complement int32 *is* the ring of
+integers modulo 2³² under ``+``, ``*``, ``^``, ``&``: a product's low 32 bits do not depend on whether its factors
+are read as signed or unsigned, and an int32 ``mul`` keeps exactly those bits (it wraps) on the CPU (ATen's kernels
+and their vectorised forms), on CUDA, and in the code Inductor/Triton generate; the int64 → int32 conversion keeps
+the low 32 bits likewise (``steps`` and seeds mod 2³²). The one place where signed and unsigned differ is the right
+shift (arithmetic on int32: the sign bit is copied in), so every shift by s is masked to its 32 − s low bits: the
+logical shift of the unsigned value. (torch.uint32 would need no mask but has no ``>>`` on the CPU in torch 2.13.)
+``tests/test_counter_stream.py`` checks ``hash32`` against the 64-bit formula on edge values, and
+``tests/test_counter_golden.py`` pins every task's values, so a backend that did not wrap would fail there.
+
+Draws from the 32-bit values h (unsigned, in [0, 2³²)): an integer below m is ``(h · m) >> 32`` (the multiply-shift
+map; its bias is at most m / 2³² per value; computed in int64, or for m = 2ᵏ as h's top k bits in int32), k
+distinct values of a population are the k smallest of a hash per member (each member's key made unique by its
+index, so the order never depends on how a device breaks ties): a uniformly random ordered selection, up to the
+hash. A uniform real is (h + ½) / 2³², and a standard normal is Box and Muller's transform of
 two: the integers are the same bit for bit everywhere; the reals pass through the device's ``log`` and ``cos``
 (float64), which agree to the last bits, not beyond.
 
@@ -33,41 +45,51 @@ import torch
 
 MASK32 = 0xFFFFFFFF
 MASK64 = (1 << 64) - 1
+SIGN32 = -(1 << 31)  # the int32 sign bit: h ^ SIGN32, read as signed, orders as h does unsigned (h − 2³¹)
 FEW = 4  # a selection of at most this many distinct values is picked by argmin passes, not topk
-STRUCK = (1 << 63) - 1  # above every key of :meth:`Counter.distinct` (hash < 2³², population < 2³¹)
+STRUCK = (1 << 63) - 1  # above every key of :meth:`Counter.distinct` (|key| < 2³¹ · population, population < 2³¹)
 
 
-def _mul32(x: torch.Tensor, m: int) -> torch.Tensor:
-    """x · m mod 2³² for x in [0, 2³²): x · m_low + (x mod 2¹⁶) · m_high · 2¹⁶ (m = m_high · 2¹⁶ + m_low; the rest of
-    x · m_high · 2¹⁶ is a multiple of 2³²), every term below 2⁴⁹ (int64 never overflows). Four operations, in place
-    on their own intermediates: the second product is ``add``'s ``alpha`` (six before; 1.3× faster on a CPU)."""
-    return (x * (m & 0xFFFF)).add_(x & 0xFFFF, alpha=(m >> 16) << 16).bitwise_and_(MASK32)
+def _signed32(m: int) -> int:
+    """A 32-bit constant as the int32 with its bits (an int32 tensor's scalar operand must fit int32)."""
+    return m - (1 << 32) if m >= 1 << 31 else m
 
 
 def hash32(x: torch.Tensor) -> torch.Tensor:
-    """``lowbias32`` of x in [0, 2³²) (int64): a bijection of 32-bit integers that mixes every bit into every bit."""
-    x = _mul32((x >> 16).bitwise_xor_(x), 0x7FEB352D)  # x ^ (x >> 16), one new tensor (x is the caller's)
-    x = _mul32(x.bitwise_xor_(x >> 15), 0x846CA68B)
-    return x.bitwise_xor_(x >> 16)
+    """``lowbias32`` of the 32-bit values whose bits the int32 tensor x holds (a new int32 tensor; x is the caller's):
+    a bijection of 32-bit integers that mixes every bit into every bit. Products wrap modulo 2³²; each shift by s is
+    masked to its 32 − s low bits, the logical shift (the module's docstring says why this is exact)."""
+    x = ((x >> 16).bitwise_and_(0xFFFF)).bitwise_xor_(x)  # x ^ (x >> 16)
+    x = x.mul_(0x7FEB352D)
+    x = x.bitwise_xor_((x >> 15).bitwise_and_(0x1FFFF))
+    x = x.mul_(_signed32(0x846CA68B))
+    return x.bitwise_xor_((x >> 16).bitwise_and_(0xFFFF))
+
+
+def unsigned(words: torch.Tensor) -> torch.Tensor:
+    """The 32-bit values of int32 ``words`` as int64 in [0, 2³²): for the 64-bit arithmetic of their consumers."""
+    return words.to(torch.int64).bitwise_and_(MASK32)
 
 
 def _absorb(h: torch.Tensor, value: torch.Tensor | int) -> torch.Tensor:
-    """The sponge's step: h ← hash(h ^ value), value taken mod 2³²."""
-    return hash32(h ^ (value & MASK32))
+    """The sponge's step: h ← hash(h ^ value), value taken mod 2³² (an int64 tensor's low 32 bits by ``to``)."""
+    if isinstance(value, int):
+        return hash32(h ^ _signed32(value & MASK32))
+    return hash32(h ^ value.to(torch.int32))
 
 
 def seed_keys(seeds: torch.Tensor) -> torch.Tensor:
-    """The runs' keys [R] from their seeds (int64, all 63 bits used): computed once per group."""
-    return _absorb(hash32((seeds & MASK32) ^ 0x5EED), hash32((seeds >> 32) & MASK32))
+    """The runs' keys [R] (int32) from their seeds (int64, all 63 bits used): computed once per group."""
+    return _absorb(hash32(seeds.to(torch.int32) ^ 0x5EED), hash32((seeds >> 32).to(torch.int32)))
 
 
 class Counter:
     """The random draws of one step of R runs, B examples each, keyed by (seed, step, example, draw, lane).
 
-    ``keys`` (:func:`seed_keys`) and ``steps`` are int64 tensors [R] on the device (a run's step counts its
+    ``keys`` (:func:`seed_keys`, int32) and ``steps`` (int64) are tensors [R] on the device (a run's step counts its
     batches); every draw method takes a ``draw`` number, distinct for every use within a task's sampler (below
     2¹⁵), and returns [R, B, …]. A value is hash(key(seed, step, example) ^ (draw · 2¹⁶ + lane)) (lane < 2¹⁶; a
-    wider draw: :meth:`bits`): one hash over the output, two over [R, B] per step.
+    wider draw: :meth:`words`): one hash over the output, two over [R, B] per step.
 
     ``capturable`` (the default) asks the sampler for work a CUDA graph can hold: no shape that depends on the values
     drawn, no host synchronisation. Off a graph (``capturable=False``: stream 2 made ahead on a CPU) a sampler may
@@ -75,7 +97,7 @@ class Counter:
 
     def __init__(self, keys: torch.Tensor, steps: torch.Tensor, batch: int, capturable: bool = True) -> None:
         self.batch, self.device, self.capturable = batch, keys.device, capturable
-        examples = torch.arange(batch, dtype=torch.int64, device=self.device)
+        examples = torch.arange(batch, dtype=torch.int32, device=self.device)
         self.keys = _absorb(_absorb(keys, steps)[:, None], examples)[..., None]  # [R, B, 1]: one key per example
 
     def rows(self, chosen: torch.Tensor) -> Counter:
@@ -88,33 +110,41 @@ class Counter:
         subset.batch, subset.device, subset.capturable = subset.keys.shape[1], self.device, False
         return subset
 
-    def bits(self, draw: int, width: int) -> torch.Tensor:
-        """``width`` 32-bit values per example, [R, B, width] (int64 in [0, 2³²)). A draw has 2¹⁶ lanes; a wider
-        one takes them again, each value hashed once more with its block number (1, 2, … for the values 2¹⁶ …), so
-        the first 2¹⁶ values are the same at any width and no lane of another draw is touched."""
+    def words(self, draw: int, width: int) -> torch.Tensor:
+        """``width`` 32-bit values per example, [R, B, width], as the bits of int32 (two's complement). A draw has
+        2¹⁶ lanes; a wider one takes them again, each value hashed once more with its block number (1, 2, … for the
+        values 2¹⁶ …), so the first 2¹⁶ values are the same at any width and no lane of another draw is touched."""
         if not 0 <= draw < 1 << 15:  # past the draws: lanes of two draws would meet
             raise ValueError(f"a counter draw is numbered below 32,768 (got {draw})")
-        lanes = torch.arange(draw << 16, (draw << 16) + min(width, 1 << 16), dtype=torch.int64, device=self.device)
+        lanes = torch.arange(draw << 16, (draw << 16) + min(width, 1 << 16), dtype=torch.int32, device=self.device)
         values = hash32(self.keys ^ lanes)
         if width <= 1 << 16:
             return values
-        blocks = torch.arange(1, -(-width // (1 << 16)), dtype=torch.int64, device=self.device)[:, None]
+        blocks = torch.arange(1, -(-width // (1 << 16)), dtype=torch.int32, device=self.device)[:, None]
         wider = hash32(values[..., None, :] ^ blocks).flatten(-2)
         return torch.cat([values, wider], -1)[..., :width]
 
+    def bits(self, draw: int, width: int) -> torch.Tensor:
+        """:meth:`words` as int64 in [0, 2³²), [R, B, width]."""
+        return unsigned(self.words(draw, width))
+
     def below(self, m: torch.Tensor | int, draw: int, width: int = 1) -> torch.Tensor:
-        """Integers uniform in [0, m) (up to the multiply-shift's bias), [R, B, width]; ``m`` < 2³¹, an int or a
-        tensor broadcasting against [R, B, width]."""
-        return (self.bits(draw, width) * m) >> 32
+        """Integers uniform in [0, m) (up to the multiply-shift's bias), int64 [R, B, width]; ``m`` < 2³¹, an int or a
+        tensor broadcasting against [R, B, width]. For m = 2ᵏ, (h · 2ᵏ) >> 32 is h's top k bits: taken in int32."""
+        words = self.words(draw, width)
+        if isinstance(m, int) and m > 1 and m & (m - 1) == 0:
+            return (words >> (33 - m.bit_length())).bitwise_and_(m - 1).to(torch.int64)
+        return (unsigned(words) * m).bitwise_right_shift_(32)
 
     def distinct(self, population: int, k: int, draw: int, rows: int | None = None) -> torch.Tensor:
         """k distinct values of [0, population), in random order, [R, B, k]; with ``rows``, that many independent
         selections, [R, B, rows, k]."""
         members = torch.arange(population, dtype=torch.int64, device=self.device)
-        bits = self.bits(draw, population * (rows or 1))
+        words = self.words(draw, population * (rows or 1))
         if rows is not None:
-            bits = bits.unflatten(-1, (rows, population))
-        keys = bits * population + members  # unique keys: no ties to break
+            words = words.unflatten(-1, (rows, population))
+        # unique keys, no ties to break: (h − 2³¹) · population + member orders as (h, member), h unsigned
+        keys = torch.add(members, (words ^ SIGN32).to(torch.int64), alpha=population)
         if k > FEW:
             return keys.topk(k, dim=-1, largest=False, sorted=True).indices
         # k passes of argmin, each smallest key then struck out: topk's values in topk's order (the keys are unique),
@@ -127,8 +157,9 @@ class Counter:
         return torch.cat(picked, -1)
 
     def uniform(self, draw: int, width: int = 1) -> torch.Tensor:
-        """Reals uniform in (0, 1), float64 [R, B, width]: (h + ½) / 2³², never 0 or 1."""
-        return (self.bits(draw, width).double() + 0.5) * 2.0**-32
+        """Reals uniform in (0, 1), float64 [R, B, width]: (h + ½) / 2³², never 0 or 1. Computed as
+        ((h − 2³¹) + (2³¹ + ½)) · 2⁻³² from the signed int32 h ^ 2³¹: every step exact in float64."""
+        return (self.words(draw, width) ^ SIGN32).double().add_(2.0**31 + 0.5).mul_(2.0**-32)
 
     def normal(self, draw: int, width: int = 1) -> torch.Tensor:
         """Standard normals, float64 [R, B, width]: Box–Muller, each pair of uniforms (u, v) (lanes 2i, 2i + 1) giving
@@ -168,6 +199,12 @@ class DeviceTables:
 # --- 64-bit arithmetic on pairs of 32-bit halves (hi, lo), each in [0, 2³²) in an int64 tensor --------------
 
 Pair = tuple[torch.Tensor, torch.Tensor]
+
+
+def _mul32(x: torch.Tensor, m: int) -> torch.Tensor:
+    """x · m mod 2³² for x in [0, 2³²) (int64), as the wrapping int32 product sign-extended to int64: its low 32 bits
+    are the product's (the caller's sum is masked)."""
+    return x.to(torch.int32).mul_(_signed32(m)).to(torch.int64)
 
 
 def _product64(x: torch.Tensor, m: int) -> Pair:
