@@ -377,9 +377,10 @@ def positives_by_loop(task, counter):
 
 @pytest.mark.parametrize("setting", [{"N": 2}, {"N": 12}, {"N": 37 * 2, "n_types": 3, "depth": 4},
                                      {"N": 20, "depth": 1, "n_types": 1}])
-def test_dyck_positives_by_the_prefix_scan_are_the_loop_s(setting):
+@pytest.mark.parametrize("capturable", [True, False])  # the prefix scan; off a graph, the stack loop
+def test_dyck_positives_by_the_prefix_scan_are_the_loop_s(setting, capturable):
     task = TASKS["dyck"](**setting)
-    counter = Counter(seed_keys(torch.tensor([0, 9])), torch.tensor([0, 5]), 500)
+    counter = Counter(seed_keys(torch.tensor([0, 9])), torch.tensor([0, 5]), 500, capturable=capturable)
     assert torch.equal(task.counter_positives(counter), positives_by_loop(task, counter))
 
 
