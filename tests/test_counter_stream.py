@@ -189,6 +189,6 @@ def test_draws_from_int32_words_are_their_64_bit_definitions():
     m = torch.arange(1, 41)
     assert torch.equal(counter.below(m, 7, 40), (h * m) >> 32)
     assert torch.equal(counter.uniform(7, 40), (h.double() + 0.5) * 2.0**-32)
-    for k in (3, 12):  # argmin passes, then topk
-        keys = h * 40 + torch.arange(40)
-        assert torch.equal(counter.distinct(40, k, 7), keys.topk(k, largest=False, sorted=True).indices)
+    for population, k in ((40, 3), (40, 12), (40, 25), (10, 10), (12, 7), (8, 4)):  # passes, topk, a sort
+        keys = counter.bits(7, population) * population + torch.arange(population)
+        assert torch.equal(counter.distinct(population, k, 7), keys.topk(k, largest=False, sorted=True).indices)
