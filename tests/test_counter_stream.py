@@ -13,7 +13,7 @@ from depthlab.config import parse_run
 from depthlab.errors import UserError
 from depthlab.store import Store
 from depthlab.tasks import TASKS
-from depthlab.tasks.counter import Counter, hash32, seed_keys, unsigned
+from depthlab.tasks.counter import Counter, hash32_, seed_keys, unsigned
 from depthlab.training.data import CounterBatches, CounterStream
 
 
@@ -40,17 +40,16 @@ EDGES = [0, 1, 2, 0xFFFF, 0x10000, 0x7FFFFFFF, 0x80000000, 0x80000001, 0xFFFFFFF
 
 def test_hash32_is_lowbias32_on_every_range_of_32_bit_values():
     values = EDGES + np.random.default_rng(0).integers(0, 2**32, 200).tolist()
-    ours = unsigned(hash32(torch.tensor(values, dtype=torch.int64).to(torch.int32))).tolist()
+    ours = unsigned(hash32_(torch.tensor(values, dtype=torch.int64).to(torch.int32))).tolist()
     assert ours == [lowbias32(v) for v in values]
 
 
-def test_hash32_on_int32_with_wrapping_products_is_the_int64_formula():
+def test_hash32_in_place_on_int32_with_wrapping_products_is_the_int64_formula():
     values = torch.tensor(EDGES + np.random.default_rng(1).integers(0, 2**32, 100_000).tolist(), dtype=torch.int64)
     words = values.to(torch.int32)  # the low 32 bits, two's complement: 2³¹ … 2³² − 1 become negative
     assert words[EDGES.index(0x80000000)] == -(2**31) and words[EDGES.index(0xFFFFFFFF)] == -1
-    ours = hash32(words)
-    assert ours.dtype == torch.int32 and torch.equal(unsigned(ours), hash32_int64(values))
-    assert torch.equal(words, values.to(torch.int32))  # the caller's tensor is left as it was
+    ours = hash32_(words)
+    assert ours is words and ours.dtype == torch.int32 and torch.equal(unsigned(ours), hash32_int64(values))
 
 
 def batch(task, seeds, steps, size=64):
@@ -192,3 +191,6 @@ def test_draws_from_int32_words_are_their_64_bit_definitions():
     for population, k in ((40, 3), (40, 12), (40, 25), (10, 10), (12, 7), (8, 4)):  # passes, topk, a sort
         keys = counter.bits(7, population) * population + torch.arange(population)
         assert torch.equal(counter.distinct(population, k, 7), keys.topk(k, largest=False, sorted=True).indices)
+    small, population = Counter(seed_keys(torch.tensor([3])), torch.tensor([0]), 2), 2**21 + 3  # int64 keys' passes
+    keys = small.bits(7, population) * population + torch.arange(population)
+    assert torch.equal(small.distinct(population, 3, 7), keys.topk(3, largest=False, sorted=True).indices)

@@ -15,7 +15,7 @@ and their vectorised forms), on CUDA, and in the code Inductor/Triton generate; 
 the low 32 bits likewise (``steps`` and seeds mod 2³²). The one place where signed and unsigned differ is the right
 shift (arithmetic on int32: the sign bit is copied in), so every shift by s is masked to its 32 − s low bits: the
 logical shift of the unsigned value. (torch.uint32 would need no mask but has no ``>>`` on the CPU in torch 2.13.)
-``tests/test_counter_stream.py`` checks ``hash32`` against the 64-bit formula on edge values, and
+``tests/test_counter_stream.py`` checks :func:`hash32_` against the 64-bit formula on edge values, and
 ``tests/test_counter_golden.py`` pins every task's values, so a backend that did not wrap would fail there.
 
 Draws from the 32-bit values h (unsigned, in [0, 2³²)): an integer below m is ``(h · m) >> 32`` (the multiply-shift
@@ -49,7 +49,7 @@ MASK64 = (1 << 64) - 1
 SIGN32 = -(1 << 31)  # the int32 sign bit: h ^ SIGN32, read as signed, orders as h does unsigned (h − 2³¹)
 FEW = 8  # a selection of at most this many distinct values (of at least twice as many) is made by argmin passes
 SORTED = 16  # a selection of more than half of at most this many members is a sort of the row
-STRUCK = (1 << 63) - 1  # above every key of :meth:`Counter.distinct` (|key| < 2³¹ · population, population < 2³¹)
+STRUCK = (1 << 63) - 1  # above every int64 key of :meth:`Counter.distinct` (|key| < 2⁶², population < 2³¹)
 
 
 def _signed32(m: int) -> int:
@@ -66,15 +66,17 @@ def _int32(m: int) -> torch.Tensor:
     return torch.tensor(_signed32(m & MASK32), dtype=torch.int32)
 
 
-def hash32(x: torch.Tensor) -> torch.Tensor:
-    """``lowbias32`` of the 32-bit values whose bits the int32 tensor x holds (a new int32 tensor; x is the caller's):
-    a bijection of 32-bit integers that mixes every bit into every bit. Products wrap modulo 2³²; each shift by s is
-    masked to its 32 − s low bits, the logical shift (the module's docstring says why this is exact)."""
-    x = ((x >> _int32(16)).bitwise_and_(_int32(0xFFFF))).bitwise_xor_(x)  # x ^ (x >> 16)
-    x = x.mul_(_int32(0x7FEB352D))
-    x = x.bitwise_xor_((x >> _int32(15)).bitwise_and_(_int32(0x1FFFF)))
-    x = x.mul_(_int32(0x846CA68B))
-    return x.bitwise_xor_((x >> _int32(16)).bitwise_and_(_int32(0xFFFF)))
+def hash32_(x: torch.Tensor) -> torch.Tensor:
+    """``lowbias32`` of the 32-bit values whose bits the int32 tensor x holds, in place (x is returned): a bijection
+    of 32-bit integers that mixes every bit into every bit. Products wrap modulo 2³²; each shift by s is masked to
+    its 32 − s low bits, the logical shift (the module's docstring says why this is exact). In place with one
+    scratch tensor: a CPU's large temporaries cost page faults more than arithmetic (a fresh tensor per operation
+    made a hash of 8,192 × 64 values 2–3× slower)."""
+    shifted = (x >> _int32(16)).bitwise_and_(_int32(0xFFFF))
+    x.bitwise_xor_(shifted).mul_(_int32(0x7FEB352D))
+    x.bitwise_xor_(torch.bitwise_right_shift(x, _int32(15), out=shifted).bitwise_and_(_int32(0x1FFFF)))
+    x.mul_(_int32(0x846CA68B))
+    return x.bitwise_xor_(torch.bitwise_right_shift(x, _int32(16), out=shifted).bitwise_and_(_int32(0xFFFF)))
 
 
 def unsigned(words: torch.Tensor) -> torch.Tensor:
@@ -85,13 +87,13 @@ def unsigned(words: torch.Tensor) -> torch.Tensor:
 def _absorb(h: torch.Tensor, value: torch.Tensor | int) -> torch.Tensor:
     """The sponge's step: h ← hash(h ^ value), value taken mod 2³² (an int64 tensor's low 32 bits by ``to``)."""
     if isinstance(value, int):
-        return hash32(h ^ _int32(value))
-    return hash32(h ^ value.to(torch.int32))
+        return hash32_(h ^ _int32(value))
+    return hash32_(h ^ value.to(torch.int32))
 
 
 def seed_keys(seeds: torch.Tensor) -> torch.Tensor:
     """The runs' keys [R] (int32) from their seeds (int64, all 63 bits used): computed once per group."""
-    return _absorb(hash32(seeds.to(torch.int32) ^ _int32(0x5EED)), hash32((seeds >> 32).to(torch.int32)))
+    return _absorb(hash32_(seeds.to(torch.int32) ^ _int32(0x5EED)), hash32_((seeds >> 32).to(torch.int32)))
 
 
 class Counter:
@@ -128,11 +130,11 @@ class Counter:
         if not 0 <= draw < 1 << 15:  # past the draws: lanes of two draws would meet
             raise ValueError(f"a counter draw is numbered below 32,768 (got {draw})")
         lanes = torch.arange(draw << 16, (draw << 16) + min(width, 1 << 16), dtype=torch.int32, device=self.device)
-        values = hash32(self.keys ^ lanes)
+        values = hash32_(self.keys ^ lanes)
         if width <= 1 << 16:
             return values
         blocks = torch.arange(1, -(-width // (1 << 16)), dtype=torch.int32, device=self.device)[:, None]
-        wider = hash32(values[..., None, :] ^ blocks).flatten(-2)
+        wider = hash32_(values[..., None, :] ^ blocks).flatten(-2)
         return torch.cat([values, wider], -1)[..., :width]
 
     def bits(self, draw: int, width: int) -> torch.Tensor:
@@ -150,35 +152,41 @@ class Counter:
     def distinct(self, population: int, k: int, draw: int, rows: int | None = None) -> torch.Tensor:
         """k distinct values of [0, population), in random order, [R, B, k]; with ``rows``, that many independent
         selections, [R, B, rows, k]."""
-        members = torch.arange(population, dtype=torch.int64, device=self.device)
         words = self.words(draw, population * (rows or 1))
         if rows is not None:
             words = words.unflatten(-1, (rows, population))
-        # unique keys, no ties to break: (h − 2³¹) · population + member orders as (h, member), h unsigned
-        keys = torch.add(members, (words ^ _int32(SIGN32)).to(torch.int64), alpha=population)
-        # the k smallest keys in order (unique keys: any exact method gives topk's answer), by the fastest method
-        # measured on a CPU (8,192 rows, one thread): k argmin passes, each smallest struck out, for k ≤ 8 of at
-        # least 2k members (1.2–1.8× faster than topk, which sorts each short row: 8 members, k = 3: 591 → 323 µs;
-        # 100 members, k = 5: 5.5 → 3.3 ms); a whole sort of the row for most of ≤ 16 members (8 of 8: 719 →
-        # 532 µs; 12 of 12: 1.4 → 0.9 ms); topk otherwise (16 of 32 or of 64: passes and sort are slower)
-        if k > FEW or 2 * k > population:
+        # the k smallest keys in order, by the fastest method measured on a CPU (8,192 rows, one thread): k passes of
+        # the row's minimum, each struck out, for k ≤ 8 of at least 2k members (faster than topk, which sorts each
+        # short row: 8 members, k = 3: 591 → 323 µs with argmin; 100 members, k = 5: 5.5 → 3.3 ms); a whole sort of
+        # the row for most of ≤ 16 members (8 of 8: 719 → 532 µs; 12 of 12: 1.4 → 0.9 ms); topk otherwise (16 of 32
+        # or of 64: passes and sort are slower). The keys are unique, no ties to break: (h − 2³¹) · 2ᵇ + member
+        # (2ᵇ ≥ population) orders as (h, member), h unsigned, and its low b bits are the member, so every method
+        # gives topk's answer. Below 2⁵³ the keys are exact in float64, whose row minimum is 3× faster than int64's
+        # argmin (64 members: 411 → 128 µs): the passes' keys; sort and topk are faster on int64 (1.3–1.5×).
+        width = max(1, (population - 1).bit_length())
+        passes = k <= FEW and 2 * k <= population
+        dtype = torch.float64 if passes and width <= 21 else torch.int64
+        members = torch.arange(population, dtype=dtype, device=self.device)
+        keys = words.bitwise_xor_(_int32(SIGN32)).to(dtype).mul_(1 << width).add_(members)  # in place: see hash32_
+        if not passes:
             if population <= SORTED and 2 * k > population:
                 return keys.sort(-1).indices[..., :k]
             return keys.topk(k, dim=-1, largest=False, sorted=True).indices
         # struck by index_fill_ on the flat keys: 1.7× faster than scatter_ on a CPU
         picked, flat = [], keys.view(-1)
         starts = torch.arange(0, flat.numel(), population, device=self.device).view(*keys.shape[:-1], 1)
+        struck = math.inf if dtype == torch.float64 else STRUCK
         for j in range(k):
-            smallest = keys.argmin(-1, keepdim=True)
+            smallest = keys.amin(-1, keepdim=True).to(torch.int64).bitwise_and_((1 << width) - 1)
             picked.append(smallest)
             if j < k - 1:
-                flat.index_fill_(0, (smallest + starts).view(-1), STRUCK)
+                flat.index_fill_(0, (smallest + starts).view(-1), struck)
         return torch.cat(picked, -1)
 
     def uniform(self, draw: int, width: int = 1) -> torch.Tensor:
         """Reals uniform in (0, 1), float64 [R, B, width]: (h + ½) / 2³², never 0 or 1. Computed as
         ((h − 2³¹) + (2³¹ + ½)) · 2⁻³² from the signed int32 h ^ 2³¹: every step exact in float64."""
-        return (self.words(draw, width) ^ _int32(SIGN32)).double().add_(2.0**31 + 0.5).mul_(2.0**-32)
+        return self.words(draw, width).bitwise_xor_(_int32(SIGN32)).double().add_(2.0**31 + 0.5).mul_(2.0**-32)
 
     def normal(self, draw: int, width: int = 1) -> torch.Tensor:
         """Standard normals, float64 [R, B, width]: Box–Muller, each pair of uniforms (u, v) (lanes 2i, 2i + 1) giving
