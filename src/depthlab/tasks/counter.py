@@ -147,7 +147,8 @@ class Counter:
         words = self.words(draw, width)
         if isinstance(m, int) and m > 1 and m & (m - 1) == 0:
             return (words >> _int32(33 - m.bit_length())).bitwise_and_(_int32(m - 1)).to(torch.int64)
-        return (unsigned(words) * m).bitwise_right_shift_(32)
+        product = unsigned(words).mul_(m) if isinstance(m, int) else unsigned(words) * m
+        return product.bitwise_right_shift_(32)
 
     def distinct(self, population: int, k: int, draw: int, rows: int | None = None) -> torch.Tensor:
         """k distinct values of [0, population), in random order, [R, B, k]; with ``rows``, that many independent
@@ -192,8 +193,9 @@ class Counter:
         """Standard normals, float64 [R, B, width]: Box–Muller, each pair of uniforms (u, v) (lanes 2i, 2i + 1) giving
         the two independent normals √(−2 ln u) cos(2πv) and √(−2 ln u) sin(2πv) (values 2i, 2i + 1)."""
         u = self.uniform(draw, 2 * ((width + 1) // 2)).unflatten(-1, (-1, 2))
-        radius, angle = (-2.0 * u[..., 0].log()).sqrt(), 2.0 * math.pi * u[..., 1]
-        return torch.stack([radius * angle.cos(), radius * angle.sin()], -1).flatten(-2)[..., :width]
+        radius, angle = u[..., 0].log().mul_(-2.0).sqrt_(), u[..., 1].mul(2.0 * math.pi)
+        cos = angle.cos().mul_(radius)  # in place where the operands are ours (the same products: IEEE × commutes)
+        return torch.stack([cos, angle.sin_().mul_(radius)], -1).flatten(-2)[..., :width]
 
 
 def take_rows(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
