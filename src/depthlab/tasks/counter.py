@@ -127,15 +127,18 @@ class Counter:
         """``width`` 32-bit values per example, [R, B, width], as the bits of int32 (two's complement). A draw has
         2¹⁶ lanes; a wider one takes them again, each value hashed once more with its block number (1, 2, … for the
         values 2¹⁶ …), so the first 2¹⁶ values are the same at any width and no lane of another draw is touched."""
-        if not 0 <= draw < 1 << 15:  # past the draws: lanes of two draws would meet
-            raise ValueError(f"a counter draw is numbered below 32,768 (got {draw})")
-        lanes = torch.arange(draw << 16, (draw << 16) + min(width, 1 << 16), dtype=torch.int32, device=self.device)
-        values = hash32_(self.keys ^ lanes)
+        values = hash32_(self.keys ^ self._lanes(draw, width))
         if width <= 1 << 16:
             return values
         blocks = torch.arange(1, -(-width // (1 << 16)), dtype=torch.int32, device=self.device)[:, None]
         wider = hash32_(values[..., None, :] ^ blocks).flatten(-2)
         return torch.cat([values, wider], -1)[..., :width]
+
+    def _lanes(self, draw: int, width: int) -> torch.Tensor:
+        """The first ``width`` lanes of a draw (at most 2¹⁶), int32 [width]."""
+        if not 0 <= draw < 1 << 15:  # past the draws: lanes of two draws would meet
+            raise ValueError(f"a counter draw is numbered below 32,768 (got {draw})")
+        return torch.arange(draw << 16, (draw << 16) + min(width, 1 << 16), dtype=torch.int32, device=self.device)
 
     def bits(self, draw: int, width: int) -> torch.Tensor:
         """:meth:`words` as int64 in [0, 2³²), [R, B, width]."""
@@ -164,11 +167,16 @@ class Counter:
         # (2ᵇ ≥ population) orders as (h, member), h unsigned, and its low b bits are the member, so every method
         # gives topk's answer. Below 2⁵³ the keys are exact in float64, whose row minimum is 3× faster than int64's
         # argmin (64 members: 411 → 128 µs): the passes' keys; sort and topk are faster on int64 (1.3–1.5×).
-        width = max(1, (population - 1).bit_length())
+        shift = max(1, (population - 1).bit_length())
         passes = k <= FEW and 2 * k <= population
-        dtype = torch.float64 if passes and width <= 21 else torch.int64
+        if passes and rows is None and population <= SORTED:
+            return self._smallest_by_lanes(population, k, draw, shift)
+        words = self.words(draw, population * (rows or 1))
+        if rows is not None:
+            words = words.unflatten(-1, (rows, population))
+        dtype = torch.float64 if passes and shift <= 21 else torch.int64
         members = torch.arange(population, dtype=dtype, device=self.device)
-        keys = words.bitwise_xor_(_int32(SIGN32)).to(dtype).mul_(1 << width).add_(members)  # in place: see hash32_
+        keys = words.bitwise_xor_(_int32(SIGN32)).to(dtype).mul_(1 << shift).add_(members)  # in place: see hash32_
         if not passes:
             if population <= SORTED and 2 * k > population:
                 return keys.sort(-1).indices[..., :k]
@@ -178,11 +186,27 @@ class Counter:
         starts = torch.arange(0, flat.numel(), population, device=self.device).view(*keys.shape[:-1], 1)
         struck = math.inf if dtype == torch.float64 else STRUCK
         for j in range(k):
-            smallest = keys.amin(-1, keepdim=True).to(torch.int64).bitwise_and_((1 << width) - 1)
+            smallest = keys.amin(-1, keepdim=True).to(torch.int64).bitwise_and_((1 << shift) - 1)
             picked.append(smallest)
             if j < k - 1:
                 flat.index_fill_(0, (smallest + starts).view(-1), struck)
         return torch.cat(picked, -1)
+
+    def _smallest_by_lanes(self, population: int, k: int, draw: int, shift: int) -> torch.Tensor:
+        """:meth:`distinct`'s passes for at most ``SORTED`` members, the same keys laid out lane by lane,
+        [population, R, B]: each pass's minimum is element-wise across whole rows, not along short ones (2× faster
+        on a CPU: 8,192 selections of 6 of 12 members, 980 → 482 µs; of 3 of 8, 420 → 191 µs)."""
+        words = hash32_(self._lanes(draw, population)[:, None, None] ^ self.keys[..., 0])  # [P, R, B]
+        members = torch.arange(population, dtype=torch.float64, device=self.device)[:, None, None]
+        keys = words.bitwise_xor_(_int32(SIGN32)).double().mul_(1 << shift).add_(members)
+        picked, flat = [], keys.view(-1)
+        examples = torch.arange(words[0].numel(), device=self.device).view(words.shape[1:])
+        for j in range(k):
+            smallest = keys.amin(0).to(torch.int64).bitwise_and_((1 << shift) - 1)
+            picked.append(smallest)
+            if j < k - 1:
+                flat.index_fill_(0, (smallest * examples.numel() + examples).view(-1), math.inf)
+        return torch.stack(picked, -1)
 
     def uniform(self, draw: int, width: int = 1) -> torch.Tensor:
         """Reals uniform in (0, 1), float64 [R, B, width]: (h + ½) / 2³², never 0 or 1. Computed as
