@@ -179,8 +179,9 @@ def test_a_run_of_stream_two_killed_and_resumed_ends_with_the_uninterrupted_run_
                            want["unembed.W_U"])
 
 
-def test_draws_from_int32_words_are_their_64_bit_definitions():
-    counter = Counter(seed_keys(torch.tensor([3, 2**40 + 5])), torch.tensor([0, 11]), 64)
+@pytest.mark.parametrize("capturable", [True, False])  # distinct's kernels on a graph, its fastest methods off one
+def test_draws_from_int32_words_are_their_64_bit_definitions(capturable):
+    counter = Counter(seed_keys(torch.tensor([3, 2**40 + 5])), torch.tensor([0, 11]), 64, capturable=capturable)
     h = counter.bits(7, 40)
     assert h.dtype == torch.int64 and h.min() >= 0 and h.max() < 2**32 and (h >= 2**31).any()
     for m in (1, 2, 3, 4, 7, 2**10, 2**30, 2**30 + 1, 2**31 - 1):
@@ -188,9 +189,15 @@ def test_draws_from_int32_words_are_their_64_bit_definitions():
     m = torch.arange(1, 41)
     assert torch.equal(counter.below(m, 7, 40), (h * m) >> 32)
     assert torch.equal(counter.uniform(7, 40), (h.double() + 0.5) * 2.0**-32)
-    for population, k in ((40, 3), (40, 12), (40, 25), (10, 10), (12, 7), (8, 4)):  # passes, topk, a sort
+    # argmin passes, float64 passes (by lanes up to 16 members), topk, a sort
+    for population, k in ((40, 3), (40, 12), (40, 25), (10, 10), (12, 7), (8, 4), (16, 8), (2, 2)):
         keys = counter.bits(7, population) * population + torch.arange(population)
-        assert torch.equal(counter.distinct(population, k, 7), keys.topk(k, largest=False, sorted=True).indices)
-    small, population = Counter(seed_keys(torch.tensor([3])), torch.tensor([0]), 2), 2**21 + 3  # int64 keys' passes
+        want = keys.topk(k, largest=False, sorted=True).indices
+        assert torch.equal(counter.distinct(population, k, 7), want), (population, k)
+        rows = counter.bits(7, 3 * population).unflatten(-1, (3, population)) * population + torch.arange(population)
+        want = rows.topk(k, largest=False, sorted=True).indices
+        assert torch.equal(counter.distinct(population, k, 7, rows=3), want), (population, k)
+    population = 2**21 + 3  # int64 keys
+    small = Counter(seed_keys(torch.tensor([3])), torch.tensor([0]), 2, capturable=capturable)
     keys = small.bits(7, population) * population + torch.arange(population)
     assert torch.equal(small.distinct(population, 3, 7), keys.topk(3, largest=False, sorted=True).indices)

@@ -47,8 +47,9 @@ import torch
 MASK32 = 0xFFFFFFFF
 MASK64 = (1 << 64) - 1
 SIGN32 = -(1 << 31)  # the int32 sign bit: h ^ SIGN32, read as signed, orders as h does unsigned (h − 2³¹)
-FEW = 8  # a selection of at most this many distinct values (of at least twice as many) is made by argmin passes
-SORTED = 16  # a selection of more than half of at most this many members is a sort of the row
+FEW = 8  # off a graph, a selection of at most this many values (of at least twice as many) is made by passes
+FEW_ON_GRAPH = 4  # on a graph, at most this many by argmin passes (two kernels each), more by one topk
+SORTED = 16  # off a graph, a selection of more than half of at most this many members is a sort of the row
 STRUCK = (1 << 63) - 1  # above every int64 key of :meth:`Counter.distinct` (|key| < 2⁶², population < 2³¹)
 
 
@@ -155,36 +156,55 @@ class Counter:
 
     def distinct(self, population: int, k: int, draw: int, rows: int | None = None) -> torch.Tensor:
         """k distinct values of [0, population), in random order, [R, B, k]; with ``rows``, that many independent
-        selections, [R, B, rows, k]."""
-        words = self.words(draw, population * (rows or 1))
-        if rows is not None:
-            words = words.unflatten(-1, (rows, population))
-        # the k smallest keys in order, by the fastest method measured on a CPU (8,192 rows, one thread): k passes of
-        # the row's minimum, each struck out, for k ≤ 8 of at least 2k members (faster than topk, which sorts each
-        # short row: 8 members, k = 3: 591 → 323 µs with argmin; 100 members, k = 5: 5.5 → 3.3 ms); a whole sort of
-        # the row for most of ≤ 16 members (8 of 8: 719 → 532 µs; 12 of 12: 1.4 → 0.9 ms); topk otherwise (16 of 32
-        # or of 64: passes and sort are slower). The keys are unique, no ties to break: (h − 2³¹) · 2ᵇ + member
-        # (2ᵇ ≥ population) orders as (h, member), h unsigned, and its low b bits are the member, so every method
-        # gives topk's answer. Below 2⁵³ the keys are exact in float64, whose row minimum is 3× faster than int64's
-        # argmin (64 members: 411 → 128 µs): the passes' keys; sort and topk are faster on int64 (1.3–1.5×).
+        selections, [R, B, rows, k]: the members of the k smallest keys (:meth:`_keys`), in order.
+
+        On a graph, with the fewest kernels: ``topk``, or for at most ``FEW_ON_GRAPH`` values that many argmin
+        passes. Off a graph, by the fastest method measured on a CPU (8,192 rows, one thread): k passes of the row's
+        minimum for k ≤ 8 of at least 2k members (faster than topk, which sorts each short row: 8 members, k = 3:
+        591 → 323 µs with argmin; 100 members, k = 5: 5.5 → 3.3 ms), on float64 keys, whose row minimum is 3× faster
+        than int64's argmin (64 members: 411 → 128 µs), and for at most 16 members laid out lane by lane
+        (:meth:`_smallest_by_lanes`); a whole sort of the row for most of ≤ 16 members (8 of 8: 719 → 532 µs; 12 of
+        12: 1.4 → 0.9 ms); topk otherwise (16 of 32 or of 64: passes and sort are slower). Sort and topk are 1.3–1.5×
+        faster on int64 keys than on float64. The keys are unique, so every method gives topk's answer."""
         shift = max(1, (population - 1).bit_length())
-        passes = k <= FEW and 2 * k <= population
-        if passes and rows is None and population <= SORTED:
-            return self._smallest_by_lanes(population, k, draw, shift)
+        if self.capturable:
+            keys = self._keys(draw, population, rows, shift, torch.int64)
+            if k > FEW_ON_GRAPH:
+                return keys.topk(k, dim=-1, largest=False, sorted=True).indices
+            picked = []
+            for _ in range(k):
+                smallest = keys.argmin(-1, keepdim=True)
+                picked.append(smallest)
+                keys.scatter_(-1, smallest, STRUCK)
+            return torch.cat(picked, -1)
+        if k <= FEW and 2 * k <= population:
+            if rows is None and population <= SORTED:
+                return self._smallest_by_lanes(population, k, draw, shift)
+            return self._smallest_by_passes(self._keys(draw, population, rows, shift, torch.float64 if shift <= 21
+                                                       else torch.int64), k, shift)
+        keys = self._keys(draw, population, rows, shift, torch.int64)
+        if population <= SORTED and 2 * k > population:
+            return keys.sort(-1).indices[..., :k]
+        return keys.topk(k, dim=-1, largest=False, sorted=True).indices
+
+    def _keys(self, draw: int, population: int, rows: int | None, shift: int, dtype: torch.dtype) -> torch.Tensor:
+        """A key per member, [R, B, (rows,) population]: (h − 2³¹) · 2^shift + member (2^shift ≥ population), which
+        orders as (h, member) with h unsigned, is unique (no ties for a device to break), and whose low ``shift``
+        bits are the member. Exact in int64, and in float64 below 2⁵³ (shift ≤ 21). In place on the words: see
+        :func:`hash32_`."""
         words = self.words(draw, population * (rows or 1))
         if rows is not None:
             words = words.unflatten(-1, (rows, population))
-        dtype = torch.float64 if passes and shift <= 21 else torch.int64
         members = torch.arange(population, dtype=dtype, device=self.device)
-        keys = words.bitwise_xor_(_int32(SIGN32)).to(dtype).mul_(1 << shift).add_(members)  # in place: see hash32_
-        if not passes:
-            if population <= SORTED and 2 * k > population:
-                return keys.sort(-1).indices[..., :k]
-            return keys.topk(k, dim=-1, largest=False, sorted=True).indices
-        # struck by index_fill_ on the flat keys: 1.7× faster than scatter_ on a CPU
+        return words.bitwise_xor_(_int32(SIGN32)).to(dtype).mul_(1 << shift).add_(members)
+
+    def _smallest_by_passes(self, keys: torch.Tensor, k: int, shift: int) -> torch.Tensor:
+        """The members of the k smallest keys, in order: k passes of the row's minimum, each struck out by
+        ``index_fill_`` on the flat keys (1.7× faster than ``scatter_`` on a CPU)."""
+        population = keys.shape[-1]
         picked, flat = [], keys.view(-1)
         starts = torch.arange(0, flat.numel(), population, device=self.device).view(*keys.shape[:-1], 1)
-        struck = math.inf if dtype == torch.float64 else STRUCK
+        struck = math.inf if keys.is_floating_point() else STRUCK
         for j in range(k):
             smallest = keys.amin(-1, keepdim=True).to(torch.int64).bitwise_and_((1 << shift) - 1)
             picked.append(smallest)
