@@ -211,13 +211,16 @@ def test_dyck_labels_are_membership_and_positives_follow_the_generator(setting):
         assert np.abs(ours - theirs).max() < 0.05
 
 
-def test_dyck_membership_on_the_device_is_the_host_s():
-    from depthlab.tasks.dyck import is_dyck, is_dyck_tensor
+@pytest.mark.parametrize("setting", [{"N": 10, "depth": 2}, {"N": 16, "depth": 3, "n_types": 3}])
+def test_dyck_membership_on_the_device_is_the_host_s(setting):
+    from depthlab.tasks.dyck import is_dyck, is_dyck_by_positions, is_dyck_tensor
 
     rng = np.random.default_rng(1)
-    task = TASKS["dyck"](N=10, depth=2)
-    strings = np.concatenate([rng.integers(0, 4, (3000, 10)), task.positives(3000, rng)])
-    assert np.array_equal(is_dyck_tensor(torch.as_tensor(strings), 2).numpy(), is_dyck(strings, 2, 2))
+    task = TASKS["dyck"](**setting)
+    strings = np.concatenate([rng.integers(0, 2 * task.n_types, (3000, task.N)), task.positives(3000, rng)])
+    host = is_dyck(strings, task.n_types, task.depth)
+    for member in (is_dyck_tensor, is_dyck_by_positions):  # on a graph, and position by position off one
+        assert np.array_equal(member(torch.as_tensor(strings), task.depth).numpy(), host)
 
 
 def solve_conditional_retrieval(task, row):
