@@ -72,7 +72,7 @@ def hash32_(x: torch.Tensor) -> torch.Tensor:
     of 32-bit integers that mixes every bit into every bit. Products wrap modulo 2³²; each shift by s is masked to
     its 32 − s low bits, the logical shift (the module's docstring says why this is exact). In place with one
     scratch tensor: a CPU's large temporaries cost page faults more than arithmetic (a fresh tensor per operation
-    made a hash of 8,192 × 64 values 2–3× slower)."""
+    made a hash of 8,192 × 64 values 4× slower on this project's CPU: 2.2 ms against 0.5 ms with the copy of x)."""
     shifted = (x >> _int32(16)).bitwise_and_(_int32(0xFFFF))
     x.bitwise_xor_(shifted).mul_(_int32(0x7FEB352D))
     x.bitwise_xor_(torch.bitwise_right_shift(x, _int32(15), out=shifted).bitwise_and_(_int32(0x1FFFF)))
