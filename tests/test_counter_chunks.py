@@ -71,7 +71,8 @@ def test_stream_two_is_made_ahead_on_a_cpu_and_in_the_step_elsewhere():
 
 @pytest.mark.parametrize(("name", "setting"), [
     ("dyck", {}), ("dyck", {"N": 20, "n_types": 1}), ("dyck", {"N": 40, "n_types": 3, "depth": 4}),
-    ("ictm", {}), ("ictm", {"k": 3, "l": 5, "n_symbols": 60, "n_a": 6}), ("template", {"l": 5, "n_symbols": 60})])
+    ("ictm", {}), ("ictm", {"k": 3, "l": 5, "n_symbols": 60, "n_a": 6}), ("template", {"l": 5, "n_symbols": 60}),
+    ("nearest_neighbor", {"N": 8, "d": 6}), ("nearest_neighbor", {"N": 10, "d": 3, "gamma": 0.2})])
 def test_off_a_graph_redraws_only_where_needed_and_gives_the_same_values(name, setting):
     """Off a graph Dyck corrupts the negatives once, and again only where the first corruption stays in the language
     (about half of them with one bracket type); the template tasks draw one candidate sequence, and the whole budget

@@ -13,7 +13,7 @@ from depthlab.config import parse_run
 from depthlab.errors import UserError
 from depthlab.store import Store
 from depthlab.tasks import TASKS
-from depthlab.tasks.counter import Counter, hash32, seed_keys
+from depthlab.tasks.counter import Counter, hash32_, seed_keys, unsigned
 from depthlab.training.data import CounterBatches, CounterStream
 
 
@@ -25,11 +25,31 @@ def lowbias32(x: int) -> int:
     return x ^ (x >> 16)
 
 
+def hash32_int64(x: torch.Tensor) -> torch.Tensor:
+    """The 64-bit reference formula (stream 2's first form): lowbias32 on values in [0, 2³²) held in int64, each
+    32 × 32-bit product split into 16-bit halves so that no intermediate leaves int64's range."""
+    def mul32(v, m):
+        return ((v * (m & 0xFFFF)) + ((v & 0xFFFF) * (m >> 16) << 16)) & 0xFFFFFFFF
+    x = mul32(x ^ (x >> 16), 0x7FEB352D)
+    x = mul32(x ^ (x >> 15), 0x846CA68B)
+    return x ^ (x >> 16)
+
+
+EDGES = [0, 1, 2, 0xFFFF, 0x10000, 0x7FFFFFFF, 0x80000000, 0x80000001, 0xFFFFFFFE, 0xFFFFFFFF, 123456789, 3141592653]
+
+
 def test_hash32_is_lowbias32_on_every_range_of_32_bit_values():
-    values = [0, 1, 2, 0xFFFF, 0x10000, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFE, 0xFFFFFFFF, 123456789, 3141592653]
-    values += np.random.default_rng(0).integers(0, 2**32, 200).tolist()
-    ours = hash32(torch.tensor(values, dtype=torch.int64)).tolist()
+    values = EDGES + np.random.default_rng(0).integers(0, 2**32, 200).tolist()
+    ours = unsigned(hash32_(torch.tensor(values, dtype=torch.int64).to(torch.int32))).tolist()
     assert ours == [lowbias32(v) for v in values]
+
+
+def test_hash32_in_place_on_int32_with_wrapping_products_is_the_int64_formula():
+    values = torch.tensor(EDGES + np.random.default_rng(1).integers(0, 2**32, 100_000).tolist(), dtype=torch.int64)
+    words = values.to(torch.int32)  # the low 32 bits, two's complement: 2³¹ … 2³² − 1 become negative
+    assert words[EDGES.index(0x80000000)] == -(2**31) and words[EDGES.index(0xFFFFFFFF)] == -1
+    ours = hash32_(words)
+    assert ours is words and ours.dtype == torch.int32 and torch.equal(unsigned(ours), hash32_int64(values))
 
 
 def batch(task, seeds, steps, size=64):
@@ -157,3 +177,27 @@ def test_a_run_of_stream_two_killed_and_resumed_ends_with_the_uninterrupted_run_
     train_group([other], whole)
     assert not torch.equal(load_checkpoint(whole.artifacts_root / Store.run_id(other.to_dict()))[0]["unembed.W_U"],
                            want["unembed.W_U"])
+
+
+@pytest.mark.parametrize("capturable", [True, False])  # distinct's kernels on a graph, its fastest methods off one
+def test_draws_from_int32_words_are_their_64_bit_definitions(capturable):
+    counter = Counter(seed_keys(torch.tensor([3, 2**40 + 5])), torch.tensor([0, 11]), 64, capturable=capturable)
+    h = counter.bits(7, 40)
+    assert h.dtype == torch.int64 and h.min() >= 0 and h.max() < 2**32 and (h >= 2**31).any()
+    for m in (1, 2, 3, 4, 7, 2**10, 2**30, 2**30 + 1, 2**31 - 1):
+        assert torch.equal(counter.below(m, 7, 40), (h * m) >> 32), m
+    m = torch.arange(1, 41)
+    assert torch.equal(counter.below(m, 7, 40), (h * m) >> 32)
+    assert torch.equal(counter.uniform(7, 40), (h.double() + 0.5) * 2.0**-32)
+    # argmin passes, float64 passes (by lanes up to 16 members), topk, a sort
+    for population, k in ((40, 3), (40, 12), (40, 25), (10, 10), (12, 7), (8, 4), (16, 8), (2, 2)):
+        keys = counter.bits(7, population) * population + torch.arange(population)
+        want = keys.topk(k, largest=False, sorted=True).indices
+        assert torch.equal(counter.distinct(population, k, 7), want), (population, k)
+        rows = counter.bits(7, 3 * population).unflatten(-1, (3, population)) * population + torch.arange(population)
+        want = rows.topk(k, largest=False, sorted=True).indices
+        assert torch.equal(counter.distinct(population, k, 7, rows=3), want), (population, k)
+    population = 2**21 + 3  # int64 keys
+    small = Counter(seed_keys(torch.tensor([3])), torch.tensor([0]), 2, capturable=capturable)
+    keys = small.bits(7, population) * population + torch.arange(population)
+    assert torch.equal(small.distinct(population, 3, 7), keys.topk(3, largest=False, sorted=True).indices)

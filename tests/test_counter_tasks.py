@@ -211,13 +211,16 @@ def test_dyck_labels_are_membership_and_positives_follow_the_generator(setting):
         assert np.abs(ours - theirs).max() < 0.05
 
 
-def test_dyck_membership_on_the_device_is_the_host_s():
-    from depthlab.tasks.dyck import is_dyck, is_dyck_tensor
+@pytest.mark.parametrize("setting", [{"N": 10, "depth": 2}, {"N": 16, "depth": 3, "n_types": 3}])
+def test_dyck_membership_on_the_device_is_the_host_s(setting):
+    from depthlab.tasks.dyck import is_dyck, is_dyck_by_positions, is_dyck_tensor
 
     rng = np.random.default_rng(1)
-    task = TASKS["dyck"](N=10, depth=2)
-    strings = np.concatenate([rng.integers(0, 4, (3000, 10)), task.positives(3000, rng)])
-    assert np.array_equal(is_dyck_tensor(torch.as_tensor(strings), 2).numpy(), is_dyck(strings, 2, 2))
+    task = TASKS["dyck"](**setting)
+    strings = np.concatenate([rng.integers(0, 2 * task.n_types, (3000, task.N)), task.positives(3000, rng)])
+    host = is_dyck(strings, task.n_types, task.depth)
+    for member in (is_dyck_tensor, is_dyck_by_positions):  # on a graph, and position by position off one
+        assert np.array_equal(member(torch.as_tensor(strings), task.depth).numpy(), host)
 
 
 def solve_conditional_retrieval(task, row):
@@ -377,9 +380,10 @@ def positives_by_loop(task, counter):
 
 @pytest.mark.parametrize("setting", [{"N": 2}, {"N": 12}, {"N": 37 * 2, "n_types": 3, "depth": 4},
                                      {"N": 20, "depth": 1, "n_types": 1}])
-def test_dyck_positives_by_the_prefix_scan_are_the_loop_s(setting):
+@pytest.mark.parametrize("capturable", [True, False])  # the prefix scan; off a graph, the stack loop
+def test_dyck_positives_by_the_prefix_scan_are_the_loop_s(setting, capturable):
     task = TASKS["dyck"](**setting)
-    counter = Counter(seed_keys(torch.tensor([0, 9])), torch.tensor([0, 5]), 500)
+    counter = Counter(seed_keys(torch.tensor([0, 9])), torch.tensor([0, 5]), 500, capturable=capturable)
     assert torch.equal(task.counter_positives(counter), positives_by_loop(task, counter))
 
 

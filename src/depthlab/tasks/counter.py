@@ -3,14 +3,26 @@
 Every random number of a training example is a hash of its coordinates: (run seed, step, example in the batch,
 draw, lane): no generator state, nothing sampled on the host, nothing copied to the device. The hash is Chris Wellons'
 ``lowbias32`` integer finaliser (x ^= x >> 16; x *= 0x7feb352d; x ^= x >> 15; x *= 0x846ca68b; x ^= x >> 16),
-applied once per coordinate (a sponge: h ← hash(h ^ coordinate)). It is computed on 32-bit values held in int64
-tensors with 32 × 32-bit products split into 16-bit halves, so that no intermediate leaves the range int64 holds:
-every operation is exact integer arithmetic, and the stream is the same bit for bit on the CPU and on any GPU.
+applied once per coordinate (a sponge: h ← hash(h ^ coordinate)). It is computed on int32 tensors holding the 32-bit
+values' bits (two's complement): exact integer arithmetic modulo 2³², so the stream is the same bit for bit on the
+CPU and on any GPU, at half the memory traffic of int64 (on this project's 2-core CPU, one thread: 88 → 40 µs per
+hash of 16 K values, 8.6 → 1.3 ms of 1 M, against the int64 form with 16-bit-half products it replaced).
 
-Draws from the 32-bit values: an integer below m is ``(h · m) >> 32`` (the multiply-shift map; its bias is at most
-m / 2³² per value), k distinct values of a population are the k smallest of a hash per member (each member's key
-made unique by its index, so the order never depends on how a device breaks ties): a uniformly random ordered
-selection, up to the hash. A uniform real is (h + ½) / 2³², and a standard normal is Box and Muller's transform of
+Why int32 arithmetic is exact here. lowbias32 is arithmetic modulo 2³², and two's complement int32 *is* the ring of
+integers modulo 2³² under ``+``, ``*``, ``^``, ``&``: a product's low 32 bits do not depend on whether its factors
+are read as signed or unsigned, and an int32 ``mul`` keeps exactly those bits (it wraps) on the CPU (ATen's kernels
+and their vectorised forms), on CUDA, and in the code Inductor/Triton generate; the int64 → int32 conversion keeps
+the low 32 bits likewise (``steps`` and seeds mod 2³²). The one place where signed and unsigned differ is the right
+shift (arithmetic on int32: the sign bit is copied in), so every shift by s is masked to its 32 − s low bits: the
+logical shift of the unsigned value. (torch.uint32 would need no mask but has no ``>>`` on the CPU in torch 2.13.)
+``tests/test_counter_stream.py`` checks :func:`hash32_` against the 64-bit formula on edge values, and
+``tests/test_counter_golden.py`` pins every task's values, so a backend that did not wrap would fail there.
+
+Draws from the 32-bit values h (unsigned, in [0, 2³²)): an integer below m is ``(h · m) >> 32`` (the multiply-shift
+map; its bias is at most m / 2³² per value; computed in int64, or for m = 2ᵏ as h's top k bits in int32), k
+distinct values of a population are the k smallest of a hash per member (each member's key made unique by its
+index, so the order never depends on how a device breaks ties): a uniformly random ordered selection, up to the
+hash. A uniform real is (h + ½) / 2³², and a standard normal is Box and Muller's transform of
 two: the integers are the same bit for bit everywhere; the reals pass through the device's ``log`` and ``cos``
 (float64), which agree to the last bits, not beyond.
 
@@ -26,6 +38,7 @@ sequences are held out, on the device.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -33,41 +46,64 @@ import torch
 
 MASK32 = 0xFFFFFFFF
 MASK64 = (1 << 64) - 1
-FEW = 4  # a selection of at most this many distinct values is picked by argmin passes, not topk
-STRUCK = (1 << 63) - 1  # above every key of :meth:`Counter.distinct` (hash < 2³², population < 2³¹)
+SIGN32 = -(1 << 31)  # the int32 sign bit: h ^ SIGN32, read as signed, orders as h does unsigned (h − 2³¹)
+FEW = 8  # off a graph, a selection of at most this many values (of at least twice as many) is made by passes
+FEW_ON_GRAPH = 4  # on a graph, at most this many by argmin passes (two kernels each), more by one topk
+SORTED = 16  # off a graph, a selection of more than half of at most this many members is a sort of the row
+STRUCK = (1 << 63) - 1  # above every int64 key of :meth:`Counter.distinct` (|key| < 2⁶², population < 2³¹)
 
 
-def _mul32(x: torch.Tensor, m: int) -> torch.Tensor:
-    """x · m mod 2³² for x in [0, 2³²): x · m_low + (x mod 2¹⁶) · m_high · 2¹⁶ (m = m_high · 2¹⁶ + m_low; the rest of
-    x · m_high · 2¹⁶ is a multiple of 2³²), every term below 2⁴⁹ (int64 never overflows). Four operations, in place
-    on their own intermediates: the second product is ``add``'s ``alpha`` (six before; 1.3× faster on a CPU)."""
-    return (x * (m & 0xFFFF)).add_(x & 0xFFFF, alpha=(m >> 16) << 16).bitwise_and_(MASK32)
+def _signed32(m: int) -> int:
+    """A 32-bit constant as the int32 with its bits (an int32 tensor's scalar operand must fit int32)."""
+    return m - (1 << 32) if m >= 1 << 31 else m
 
 
-def hash32(x: torch.Tensor) -> torch.Tensor:
-    """``lowbias32`` of x in [0, 2³²) (int64): a bijection of 32-bit integers that mixes every bit into every bit."""
-    x = _mul32((x >> 16).bitwise_xor_(x), 0x7FEB352D)  # x ^ (x >> 16), one new tensor (x is the caller's)
-    x = _mul32(x.bitwise_xor_(x >> 15), 0x846CA68B)
-    return x.bitwise_xor_(x >> 16)
+@functools.cache
+def _int32(m: int) -> torch.Tensor:
+    """A 32-bit constant as a 0-d int32 tensor on the CPU, made once: an int32 tensor's operation with it is an int32
+    one from the start (a Python int is wrapped as an int64 tensor first: 1.5 µs more per operation, and a hash takes
+    eleven; 33 → 19 µs per hash of 8 K values). A 0-d CPU tensor is a scalar argument on every device, read on the
+    host when the kernel is launched: no copy, nothing a CUDA graph cannot hold."""
+    return torch.tensor(_signed32(m & MASK32), dtype=torch.int32)
+
+
+def hash32_(x: torch.Tensor) -> torch.Tensor:
+    """``lowbias32`` of the 32-bit values whose bits the int32 tensor x holds, in place (x is returned): a bijection
+    of 32-bit integers that mixes every bit into every bit. Products wrap modulo 2³²; each shift by s is masked to
+    its 32 − s low bits, the logical shift (the module's docstring says why this is exact). In place with one
+    scratch tensor: a CPU's large temporaries cost page faults more than arithmetic (a fresh tensor per operation
+    made a hash of 8,192 × 64 values 4× slower on this project's CPU: 2.2 ms against 0.5 ms with the copy of x)."""
+    shifted = (x >> _int32(16)).bitwise_and_(_int32(0xFFFF))
+    x.bitwise_xor_(shifted).mul_(_int32(0x7FEB352D))
+    x.bitwise_xor_(torch.bitwise_right_shift(x, _int32(15), out=shifted).bitwise_and_(_int32(0x1FFFF)))
+    x.mul_(_int32(0x846CA68B))
+    return x.bitwise_xor_(torch.bitwise_right_shift(x, _int32(16), out=shifted).bitwise_and_(_int32(0xFFFF)))
+
+
+def unsigned(words: torch.Tensor) -> torch.Tensor:
+    """The 32-bit values of int32 ``words`` as int64 in [0, 2³²): for the 64-bit arithmetic of their consumers."""
+    return words.to(torch.int64).bitwise_and_(MASK32)
 
 
 def _absorb(h: torch.Tensor, value: torch.Tensor | int) -> torch.Tensor:
-    """The sponge's step: h ← hash(h ^ value), value taken mod 2³²."""
-    return hash32(h ^ (value & MASK32))
+    """The sponge's step: h ← hash(h ^ value), value taken mod 2³² (an int64 tensor's low 32 bits by ``to``)."""
+    if isinstance(value, int):
+        return hash32_(h ^ _int32(value))
+    return hash32_(h ^ value.to(torch.int32))
 
 
 def seed_keys(seeds: torch.Tensor) -> torch.Tensor:
-    """The runs' keys [R] from their seeds (int64, all 63 bits used): computed once per group."""
-    return _absorb(hash32((seeds & MASK32) ^ 0x5EED), hash32((seeds >> 32) & MASK32))
+    """The runs' keys [R] (int32) from their seeds (int64, all 63 bits used): computed once per group."""
+    return _absorb(hash32_(seeds.to(torch.int32) ^ _int32(0x5EED)), hash32_((seeds >> 32).to(torch.int32)))
 
 
 class Counter:
     """The random draws of one step of R runs, B examples each, keyed by (seed, step, example, draw, lane).
 
-    ``keys`` (:func:`seed_keys`) and ``steps`` are int64 tensors [R] on the device (a run's step counts its
+    ``keys`` (:func:`seed_keys`, int32) and ``steps`` (int64) are tensors [R] on the device (a run's step counts its
     batches); every draw method takes a ``draw`` number, distinct for every use within a task's sampler (below
     2¹⁵), and returns [R, B, …]. A value is hash(key(seed, step, example) ^ (draw · 2¹⁶ + lane)) (lane < 2¹⁶; a
-    wider draw: :meth:`bits`): one hash over the output, two over [R, B] per step.
+    wider draw: :meth:`words`): one hash over the output, two over [R, B] per step.
 
     ``capturable`` (the default) asks the sampler for work a CUDA graph can hold: no shape that depends on the values
     drawn, no host synchronisation. Off a graph (``capturable=False``: stream 2 made ahead on a CPU) a sampler may
@@ -75,7 +111,7 @@ class Counter:
 
     def __init__(self, keys: torch.Tensor, steps: torch.Tensor, batch: int, capturable: bool = True) -> None:
         self.batch, self.device, self.capturable = batch, keys.device, capturable
-        examples = torch.arange(batch, dtype=torch.int64, device=self.device)
+        examples = torch.arange(batch, dtype=torch.int32, device=self.device)
         self.keys = _absorb(_absorb(keys, steps)[:, None], examples)[..., None]  # [R, B, 1]: one key per example
 
     def rows(self, chosen: torch.Tensor) -> Counter:
@@ -88,54 +124,122 @@ class Counter:
         subset.batch, subset.device, subset.capturable = subset.keys.shape[1], self.device, False
         return subset
 
-    def bits(self, draw: int, width: int) -> torch.Tensor:
-        """``width`` 32-bit values per example, [R, B, width] (int64 in [0, 2³²)). A draw has 2¹⁶ lanes; a wider
-        one takes them again, each value hashed once more with its block number (1, 2, … for the values 2¹⁶ …), so
-        the first 2¹⁶ values are the same at any width and no lane of another draw is touched."""
-        if not 0 <= draw < 1 << 15:  # past the draws: lanes of two draws would meet
-            raise ValueError(f"a counter draw is numbered below 32,768 (got {draw})")
-        lanes = torch.arange(draw << 16, (draw << 16) + min(width, 1 << 16), dtype=torch.int64, device=self.device)
-        values = hash32(self.keys ^ lanes)
+    def words(self, draw: int, width: int) -> torch.Tensor:
+        """``width`` 32-bit values per example, [R, B, width], as the bits of int32 (two's complement). A draw has
+        2¹⁶ lanes; a wider one takes them again, each value hashed once more with its block number (1, 2, … for the
+        values 2¹⁶ …), so the first 2¹⁶ values are the same at any width and no lane of another draw is touched."""
+        values = hash32_(self.keys ^ self._lanes(draw, width))
         if width <= 1 << 16:
             return values
-        blocks = torch.arange(1, -(-width // (1 << 16)), dtype=torch.int64, device=self.device)[:, None]
-        wider = hash32(values[..., None, :] ^ blocks).flatten(-2)
+        blocks = torch.arange(1, -(-width // (1 << 16)), dtype=torch.int32, device=self.device)[:, None]
+        wider = hash32_(values[..., None, :] ^ blocks).flatten(-2)
         return torch.cat([values, wider], -1)[..., :width]
 
+    def _lanes(self, draw: int, width: int) -> torch.Tensor:
+        """The first ``width`` lanes of a draw (at most 2¹⁶), int32 [width]."""
+        if not 0 <= draw < 1 << 15:  # past the draws: lanes of two draws would meet
+            raise ValueError(f"a counter draw is numbered below 32,768 (got {draw})")
+        return torch.arange(draw << 16, (draw << 16) + min(width, 1 << 16), dtype=torch.int32, device=self.device)
+
+    def bits(self, draw: int, width: int) -> torch.Tensor:
+        """:meth:`words` as int64 in [0, 2³²), [R, B, width]."""
+        return unsigned(self.words(draw, width))
+
     def below(self, m: torch.Tensor | int, draw: int, width: int = 1) -> torch.Tensor:
-        """Integers uniform in [0, m) (up to the multiply-shift's bias), [R, B, width]; ``m`` < 2³¹, an int or a
-        tensor broadcasting against [R, B, width]."""
-        return (self.bits(draw, width) * m) >> 32
+        """Integers uniform in [0, m) (up to the multiply-shift's bias), int64 [R, B, width]; ``m`` < 2³¹, an int or a
+        tensor broadcasting against [R, B, width]. For m = 2ᵏ, (h · 2ᵏ) >> 32 is h's top k bits: taken in int32."""
+        words = self.words(draw, width)
+        if isinstance(m, int) and m > 1 and m & (m - 1) == 0:
+            return (words >> _int32(33 - m.bit_length())).bitwise_and_(_int32(m - 1)).to(torch.int64)
+        product = unsigned(words).mul_(m) if isinstance(m, int) else unsigned(words) * m
+        return product.bitwise_right_shift_(32)
 
     def distinct(self, population: int, k: int, draw: int, rows: int | None = None) -> torch.Tensor:
         """k distinct values of [0, population), in random order, [R, B, k]; with ``rows``, that many independent
-        selections, [R, B, rows, k]."""
-        members = torch.arange(population, dtype=torch.int64, device=self.device)
-        bits = self.bits(draw, population * (rows or 1))
+        selections, [R, B, rows, k]: the members of the k smallest keys (:meth:`_keys`), in order.
+
+        On a graph, with the fewest kernels: ``topk``, or for at most ``FEW_ON_GRAPH`` values that many argmin
+        passes. Off a graph, by the fastest method measured on a CPU (8,192 rows, one thread): k passes of the row's
+        minimum for k ≤ 8 of at least 2k members (faster than topk, which sorts each short row: 8 members, k = 3:
+        591 → 323 µs with argmin; 100 members, k = 5: 5.5 → 3.3 ms), on float64 keys, whose row minimum is 3× faster
+        than int64's argmin (64 members: 411 → 128 µs), and for at most 16 members laid out lane by lane
+        (:meth:`_smallest_by_lanes`); a whole sort of the row for most of ≤ 16 members (8 of 8: 719 → 532 µs; 12 of
+        12: 1.4 → 0.9 ms); topk otherwise (16 of 32 or of 64: passes and sort are slower). Sort and topk are 1.3–1.5×
+        faster on int64 keys than on float64. The keys are unique, so every method gives topk's answer."""
+        shift = max(1, (population - 1).bit_length())
+        if self.capturable:
+            keys = self._keys(draw, population, rows, shift, torch.int64)
+            if k > FEW_ON_GRAPH:
+                return keys.topk(k, dim=-1, largest=False, sorted=True).indices
+            picked = []
+            for _ in range(k):
+                smallest = keys.argmin(-1, keepdim=True)
+                picked.append(smallest)
+                keys.scatter_(-1, smallest, STRUCK)
+            return torch.cat(picked, -1)
+        if k <= FEW and 2 * k <= population:
+            if rows is None and population <= SORTED:
+                return self._smallest_by_lanes(population, k, draw, shift)
+            return self._smallest_by_passes(self._keys(draw, population, rows, shift, torch.float64 if shift <= 21
+                                                       else torch.int64), k, shift)
+        keys = self._keys(draw, population, rows, shift, torch.int64)
+        if population <= SORTED and 2 * k > population:
+            return keys.sort(-1).indices[..., :k]
+        return keys.topk(k, dim=-1, largest=False, sorted=True).indices
+
+    def _keys(self, draw: int, population: int, rows: int | None, shift: int, dtype: torch.dtype) -> torch.Tensor:
+        """A key per member, [R, B, (rows,) population]: (h − 2³¹) · 2^shift + member (2^shift ≥ population), which
+        orders as (h, member) with h unsigned, is unique (no ties for a device to break), and whose low ``shift``
+        bits are the member. Exact in int64, and in float64 below 2⁵³ (shift ≤ 21). In place on the words: see
+        :func:`hash32_`."""
+        words = self.words(draw, population * (rows or 1))
         if rows is not None:
-            bits = bits.unflatten(-1, (rows, population))
-        keys = bits * population + members  # unique keys: no ties to break
-        if k > FEW:
-            return keys.topk(k, dim=-1, largest=False, sorted=True).indices
-        # k passes of argmin, each smallest key then struck out: topk's values in topk's order (the keys are unique),
-        # and 1.1–2.7× faster on a CPU for k ≤ 4 (measured on 8 to 100 members), where topk sorts each short row
-        picked = []
-        for _ in range(k):
-            smallest = keys.argmin(-1, keepdim=True)
+            words = words.unflatten(-1, (rows, population))
+        members = torch.arange(population, dtype=dtype, device=self.device)
+        return words.bitwise_xor_(_int32(SIGN32)).to(dtype).mul_(1 << shift).add_(members)
+
+    def _smallest_by_passes(self, keys: torch.Tensor, k: int, shift: int) -> torch.Tensor:
+        """The members of the k smallest keys, in order: k passes of the row's minimum, each struck out by
+        ``index_fill_`` on the flat keys (1.7× faster than ``scatter_`` on a CPU)."""
+        population = keys.shape[-1]
+        picked, flat = [], keys.view(-1)
+        starts = torch.arange(0, flat.numel(), population, device=self.device).view(*keys.shape[:-1], 1)
+        struck = math.inf if keys.is_floating_point() else STRUCK
+        for j in range(k):
+            smallest = keys.amin(-1, keepdim=True).to(torch.int64).bitwise_and_((1 << shift) - 1)
             picked.append(smallest)
-            keys.scatter_(-1, smallest, STRUCK)
+            if j < k - 1:
+                flat.index_fill_(0, (smallest + starts).view(-1), struck)
         return torch.cat(picked, -1)
 
+    def _smallest_by_lanes(self, population: int, k: int, draw: int, shift: int) -> torch.Tensor:
+        """:meth:`distinct`'s passes for at most ``SORTED`` members, the same keys laid out lane by lane,
+        [population, R, B]: each pass's minimum is element-wise across whole rows, not along short ones (2× faster
+        on a CPU: 8,192 selections of 6 of 12 members, 980 → 482 µs; of 3 of 8, 420 → 191 µs)."""
+        words = hash32_(self._lanes(draw, population)[:, None, None] ^ self.keys[..., 0])  # [P, R, B]
+        members = torch.arange(population, dtype=torch.float64, device=self.device)[:, None, None]
+        keys = words.bitwise_xor_(_int32(SIGN32)).double().mul_(1 << shift).add_(members)
+        picked, flat = [], keys.view(-1)
+        examples = torch.arange(words[0].numel(), device=self.device).view(words.shape[1:])
+        for j in range(k):
+            smallest = keys.amin(0).to(torch.int64).bitwise_and_((1 << shift) - 1)
+            picked.append(smallest)
+            if j < k - 1:
+                flat.index_fill_(0, (smallest * examples.numel() + examples).view(-1), math.inf)
+        return torch.stack(picked, -1)
+
     def uniform(self, draw: int, width: int = 1) -> torch.Tensor:
-        """Reals uniform in (0, 1), float64 [R, B, width]: (h + ½) / 2³², never 0 or 1."""
-        return (self.bits(draw, width).double() + 0.5) * 2.0**-32
+        """Reals uniform in (0, 1), float64 [R, B, width]: (h + ½) / 2³², never 0 or 1. Computed as
+        ((h − 2³¹) + (2³¹ + ½)) · 2⁻³² from the signed int32 h ^ 2³¹: every step exact in float64."""
+        return self.words(draw, width).bitwise_xor_(_int32(SIGN32)).double().add_(2.0**31 + 0.5).mul_(2.0**-32)
 
     def normal(self, draw: int, width: int = 1) -> torch.Tensor:
         """Standard normals, float64 [R, B, width]: Box–Muller, each pair of uniforms (u, v) (lanes 2i, 2i + 1) giving
         the two independent normals √(−2 ln u) cos(2πv) and √(−2 ln u) sin(2πv) (values 2i, 2i + 1)."""
         u = self.uniform(draw, 2 * ((width + 1) // 2)).unflatten(-1, (-1, 2))
-        radius, angle = (-2.0 * u[..., 0].log()).sqrt(), 2.0 * math.pi * u[..., 1]
-        return torch.stack([radius * angle.cos(), radius * angle.sin()], -1).flatten(-2)[..., :width]
+        radius, angle = u[..., 0].log().mul_(-2.0).sqrt_(), u[..., 1].mul(2.0 * math.pi)
+        cos = angle.cos().mul_(radius)  # in place where the operands are ours (the same products: IEEE × commutes)
+        return torch.stack([cos, angle.sin_().mul_(radius)], -1).flatten(-2)[..., :width]
 
 
 def take_rows(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -168,6 +272,12 @@ class DeviceTables:
 # --- 64-bit arithmetic on pairs of 32-bit halves (hi, lo), each in [0, 2³²) in an int64 tensor --------------
 
 Pair = tuple[torch.Tensor, torch.Tensor]
+
+
+def _mul32(x: torch.Tensor, m: int) -> torch.Tensor:
+    """x · m mod 2³² for x in [0, 2³²) (int64), as the wrapping int32 product sign-extended to int64: its low 32 bits
+    are the product's (the caller's sum is masked)."""
+    return x.to(torch.int32).mul_(_signed32(m)).to(torch.int64)
 
 
 def _product64(x: torch.Tensor, m: int) -> Pair:

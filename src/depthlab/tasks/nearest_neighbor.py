@@ -34,6 +34,7 @@ MAX_TRIES = 200  # queries drawn for one position before its examples are drawn 
 # the margin rarely unless the earlier vectors rule it out: then more tries only cost time)
 MAX_REDRAWS = 20  # examples drawn again whole, in a row, before the margin is called out of reach
 MAX_COUNTER_TRIES = 256  # stream 2's candidates per query, at most (see ``counter_tries``)
+FIRST_CANDIDATES = 4  # off a graph, the candidates drawn for every example; the whole budget only where none suits
 
 if TYPE_CHECKING:  # torch only where the counter stream runs: `depthlab tasks` never loads it
     import torch
@@ -166,24 +167,68 @@ class NearestNeighbor(Task):
         device, so the vectors agree across devices to the last bits, not bit for bit."""
         import torch
 
-        from depthlab.tasks.counter import first_true
-
-        half, tries = self.N // 2, self.counter_tries
+        half = self.N // 2
         x = self.counter_unit_vectors(counter, 0, half)
         y = counter.below(2, draw=1, width=half)
         for k in range(half, self.N):
-            q = self.counter_unit_vectors(counter, 2 + k, tries)  # [R, B, T, d]
-            dots = q @ x.transpose(-1, -2)  # [R, B, T, k]
-            gap = top_gap(dots)
-            ok = gap >= self.gamma
-            pick = torch.where(ok.any(-1, keepdim=True), first_true(ok), gap.argmax(-1, keepdim=True))
-            x = torch.cat([x, q.gather(-2, pick[..., None].expand(-1, -1, -1, self.d))], -2)
-            nearest = dots.gather(-2, pick[..., None].expand(-1, -1, -1, k))[..., 0, :].argmax(-1, keepdim=True)
-            y = torch.cat([y, y.gather(-1, nearest)], -1)
+            if counter.capturable:
+                q, dots = self.first_with_margin(counter, 2 + k, x)
+            else:
+                q, dots = self.first_with_margin_off_graph(counter, 2 + k, x)
+            x = torch.cat([x, q[..., None, :]], -2)
+            y = torch.cat([y, y.gather(-1, dots.argmax(-1, keepdim=True))], -1)
         labels = torch.stack([y == 0, y == 1], -1).float()  # [R, B, N, 2]
         tokens = torch.stack([torch.cat([x.float(), torch.zeros_like(labels)], -1),
                               torch.cat([torch.zeros_like(x, dtype=torch.float32), labels], -1)], -2)
         return tokens.flatten(-3, -2), y[..., half:]
+
+    def candidate_dots(self, queries: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """Dot products [..., T, k] of ``counter_tries`` candidate queries [..., T, d] with the earlier vectors
+        [..., k, d]: one float64 ``bmm`` of T × d by d × k per example (its kernel, and so its rounding, is chosen by
+        these shapes: a query's dot products are the same in any batch of examples, but not with fewer rows)."""
+        return queries @ x.transpose(-1, -2)
+
+    def first_with_margin(self, counter: Counter, draw: int, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The query kept at one position [..., d] and its dot products with the earlier vectors x [..., k, d]:
+        the first of the ``counter_tries`` candidates with the margin γ, else the one with the widest gap."""
+        import torch
+
+        from depthlab.tasks.counter import first_true
+
+        q = self.counter_unit_vectors(counter, draw, self.counter_tries)  # [R, B, T, d]
+        dots = self.candidate_dots(q, x)  # [R, B, T, k]
+        gap = top_gap(dots)
+        ok = gap >= self.gamma
+        pick = torch.where(ok.any(-1, keepdim=True), first_true(ok), gap.argmax(-1, keepdim=True))[..., None]
+        return (q.gather(-2, pick.expand(*pick.shape[:-1], self.d))[..., 0, :],
+                dots.gather(-2, pick.expand(*pick.shape[:-1], x.shape[-2]))[..., 0, :])
+
+    def first_with_margin_off_graph(self, counter: Counter, draw: int,
+                                    x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`first_with_margin` off a graph, for the same values: the first ``FIRST_CANDIDATES`` candidates for
+        every example, then the whole budget only for the examples none of them suits. Those candidates' vectors are
+        the same in a narrower draw (their normals are element-wise, the first lanes), and their dot products the
+        same in the first rows of T rows with zeros below (the ``bmm`` keeps its shapes: :meth:`candidate_dots`), so
+        the values are bit for bit those of the whole budget."""
+
+        from depthlab.tasks.counter import first_true
+
+        tries, first = self.counter_tries, FIRST_CANDIDATES
+        if tries <= first:
+            return self.first_with_margin(counter, draw, x)
+        q = self.counter_unit_vectors(counter, draw, first)  # [R, B, F, d]
+        rows = q.new_zeros(*q.shape[:-2], tries, self.d)
+        rows[..., :first, :] = q
+        dots = self.candidate_dots(rows, x)[..., :first, :]  # [R, B, F, k]
+        ok = top_gap(dots) >= self.gamma
+        pick = first_true(ok)[..., None]
+        q_kept = q.gather(-2, pick.expand(*pick.shape[:-1], self.d))[..., 0, :]
+        dots_kept = dots.gather(-2, pick.expand(*pick.shape[:-1], x.shape[-2]))[..., 0, :]
+        left = ~ok.any(-1)
+        if left.any():
+            q_left, dots_left = self.first_with_margin(counter.rows(left), draw, x[left][None])
+            q_kept[left], dots_kept[left] = q_left[0], dots_left[0]
+        return q_kept, dots_kept
 
     def dataset_size(self, split: str = "eval") -> int:
         return 2**62  # continuous inputs: never enumerated
