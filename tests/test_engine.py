@@ -241,7 +241,8 @@ def test_a_group_that_cannot_fit_is_refused_before_it_is_built(tmp_path, monkeyp
     assert set(fp.per_run) == {"parameters and optimizer", "activations", "training data"}
     assert set(fp.shared) == {"model buffers", "sampling", "evaluation set"}
     size = model_size(configs[0].model, engine.TaskShapes.of(configs[0].task))
-    assert fp.per_run["parameters and optimizer"] == size.parameters * 4 * 4  # AdamW: weights, grads, 2 states
+    # AdamW: weights, gradients twice (autograd's, and the buffer the optimizer gathers them into), 2 states
+    assert fp.per_run["parameters and optimizer"] == size.parameters * 4 * 5
     monkeypatch.setenv("DEPTHLAB_MEMORY", str(fp.total(2) + 1))  # room for two runs, not four
     built = []
     monkeypatch.setattr(engine, "Group", lambda *a, **k: built.append(a))

@@ -141,18 +141,16 @@ class HeadsProjection(torch.autograd.Function):
 
 
 def _thirds(grad: torch.Tensor | None, heads: int, d_head: int) -> tuple[torch.Tensor | None, ...]:
-    """The q, k and v parts of a side-by-side gradient [R, (d,) heads · 3 · d_head] as [R, heads, (d,) d_head]
-    strided views: one ``as_strided`` each (a view, a transpose and a split made ten operations of it)."""
+    """The q, k and v parts of a side-by-side gradient [R, (d,) heads · 3 · d_head] as three contiguous [R, heads,
+    (d,) d_head] tensors, in one copy: the optimizer gathers a contiguous gradient by a view (a strided third would
+    cost it a copy of its own, four operations)."""
     if grad is None:
         return None, None, None
-    step = grad.stride(-1)  # of the last axis, the (head, part, coordinate) one
-    if grad.dim() == 3:  # a weight's [R, d, heads · 3 · d_head]
-        size = (grad.shape[0], heads, grad.shape[1], d_head)
-        stride = (grad.stride(0), 3 * d_head * step, grad.stride(1), step)
-    else:  # a bias's [R, heads · 3 · d_head]
-        size, stride = (grad.shape[0], heads, d_head), (grad.stride(0), 3 * d_head * step, step)
-    q, k, v = [grad.as_strided(size, stride, part * d_head * step) for part in range(3)]
-    return q, k, v
+    runs, middle = grad.shape[0], grad.shape[1:-1]  # middle: (d,) for a weight, () for a bias
+    parts = torch.empty(3, runs, heads, *middle, d_head, dtype=grad.dtype, device=grad.device)
+    order = (1, 3, 2, 0, 4) if middle else (1, 2, 0, 3)  # parts' axes in the gradient's order: R, (d,) heads, 3, d_head
+    parts.permute(order).copy_(grad.view(runs, *middle, heads, 3, d_head))
+    return tuple(parts.unbind(0))
 
 
 class HeadsOutput(torch.autograd.Function):

@@ -176,12 +176,15 @@ class Group:
     def train_step(self, x: torch.Tensor, y: torch.Tensor) -> None:
         """Forward, loss, backward, the optimizer's update and the train metrics' sums, for every run."""
         losses, outputs = self.losses(x, y)
-        self.opt.zero_grad()
-        # The sum's backward, not losses.backward(ones): an explicit gradient makes autograd import sympy (2 s of
-        # every process's first step) and check its shape symbolically at each step.
-        losses.sum().backward()
-        self.opt.step()
+        self.opt.step(self.gradients(losses))
         self.tally(losses, outputs, y)
+
+    def gradients(self, losses: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        """Every parameter's gradient of the runs' summed losses, in the optimizer's order. ``autograd.grad``, not
+        ``backward``: no gradient is added into a ``.grad`` (one operation, one kernel, per parameter tensor fewer:
+        the optimizer gathers them in one). The sum's gradient, not an explicit one of ones: that makes autograd
+        import sympy (2 s of every process's first step) and check its shape symbolically at each step."""
+        return torch.autograd.grad(losses.sum(), self.opt.params, allow_unused=True)
 
     @torch.no_grad()  # the sums are no part of the graph (two detach() calls were two operations a step)
     def tally(self, losses: torch.Tensor, outputs: torch.Tensor, y: torch.Tensor) -> None:

@@ -2,8 +2,9 @@
 
 For the R runs of a group, in bytes (what each run adds, and what the runs share):
 
-- parameters and optimizer: P × 4 × (weights, gradients, optimizer states: AdamW 2, SGD with momentum 1) per
-  run, P counted exactly (``models.model_size``), and the buffers the runs share;
+- parameters and optimizer: P × 4 × (weights, gradients twice — autograd's and the optimizer's buffer they are
+  gathered into — and optimizer states: AdamW 2, SGD with momentum 1) per run, P counted exactly
+  (``models.model_size``), and the buffers the runs share;
 - activations: a training step keeps for the backward pass at least one float per unit of width, position and
   layer of each example, and the logits it reads (a lower bound: the families keep 1.5 to 100 times that);
 - scan: for the families whose spec says what a training step's blocks hold (``training_floats``: Mamba's
@@ -107,7 +108,7 @@ def footprint(config: RunConfig) -> Footprint:
     blocks = getattr(config.model, "training_floats", None)
     scan = {"scan": blocks(task.seq_len, train.batch_size, trains_on_gpu(train.device)) * FLOAT} if blocks else {}
     return Footprint(
-        per_run={"parameters and optimizer": size.parameters * FLOAT * (2 + states),
+        per_run={"parameters and optimizer": size.parameters * FLOAT * (3 + states),
                  "activations": activations * FLOAT, **scan, "training data": (held + 1) * chunk * cost.kept},
         shared={"model buffers": size.buffers * FLOAT, "sampling": held * cost.bytes(chunk),
                 "evaluation set": evaluation.bytes(_eval_examples(config))},

@@ -13,15 +13,18 @@ then, and the profiled steps are its replays), then ``steps`` steps are profiled
 - ``ops``: every ATen operation, nested ones included (``aten::reshape`` calling ``aten::view`` counts two;
   what ``torch.profiler``'s ``key_averages`` sums), per step;
 - ``top_ops``: the operations called from Python (or from autograd's engine), per step;
+- ``compute_ops``: the operations that compute (neither views nor allocations) and are not inside another that
+  does (``sum`` filling its output counts once), per step: the work a GPU launches kernels for, read on a machine
+  without one (a lower bound: a fused operation such as attention or the cross-entropy is several kernels there);
 - ``forward_ops``, ``backward_ops``, ``optimizer_ops`` and ``data_ops``: the part of ``ops`` in the forward pass
   with the loss, in the backward pass from the losses' sum, inside ``GroupOptimizer.step`` and inside the step's
-  batch (profiled on their own); the rest of ``ops`` is ``zero_grad`` and the engine's bookkeeping (the train
-  sums);
+  batch (profiled on their own); the rest of ``ops`` is the engine's bookkeeping (the train sums);
 - ``kernels``: device kernels and copies per step (on a GPU only).
 """
 
 from __future__ import annotations
 
+import functools
 import tempfile
 from collections.abc import Callable
 from typing import Any
@@ -46,8 +49,34 @@ def _counted(fn: Callable[[], Any], times: int, device: torch.device) -> dict[st
     events = prof.events()
     aten = [e for e in events if e.name.startswith("aten::")]
     top = [e for e in aten if e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::")]
+    work = [e for e in aten if _works(e.name) and not _inside_work(e)]
     kernels = [e for e in events if is_device_event(e)]
-    return {"ops": len(aten) / times, "top_ops": len(top) / times, "kernels": len(kernels) / times}
+    return {"ops": len(aten) / times, "top_ops": len(top) / times, "compute_ops": len(work) / times,
+            "kernels": len(kernels) / times}
+
+
+@functools.cache
+def _works(name: str) -> bool:
+    """Whether an ATen operation computes (not a view, which only makes a tensor's metadata, nor an allocation):
+    a view's schema returns an alias of an input that it does not write (``Tensor(a)``)."""
+    op = name.removeprefix("aten::")
+    if op.startswith("empty") or op == "_unsafe_view":  # _unsafe_view: a view its schema does not annotate
+        return False
+    packet = getattr(torch.ops.aten, op, None)
+    if packet is None:
+        return True
+    returns = getattr(packet, packet.overloads()[0])._schema.returns
+    return not (returns and all(r.alias_info is not None and not r.alias_info.is_write for r in returns))
+
+
+def _inside_work(event: Any) -> bool:
+    """Whether an operation runs inside another that computes (``sum`` filling its output, ``clone`` copying)."""
+    parent = event.cpu_parent
+    while parent is not None and parent.name.startswith("aten::"):
+        if _works(parent.name):
+            return True
+        parent = parent.cpu_parent
+    return False
 
 
 def count_case(case: Case, runs: int, device: str = "cpu", steps: int = 5,
@@ -61,16 +90,12 @@ def count_case(case: Case, runs: int, device: str = "cpu", steps: int = 5,
         x, y = group.next_batch()
 
         def backward_then_update() -> None:
-            group.opt.zero_grad()
-            group.losses(x, y)[0].sum().backward()
-            group.opt.step()
+            group.opt.step(group.gradients(group.losses(x, y)[0]))
 
         def backward_only() -> None:
-            group.opt.zero_grad()
-            group.losses(x, y)[0].sum().backward()
+            group.gradients(group.losses(x, y)[0])
 
         def forward_only() -> None:
-            group.opt.zero_grad()
             group.losses(x, y)
 
         # The eager parts before the step is captured: a CUDA graph keeps the memory of its step's activations
@@ -81,14 +106,15 @@ def count_case(case: Case, runs: int, device: str = "cpu", steps: int = 5,
             backward_then_update()
         data = _counted(group.next_batch, steps, where)
         both, without = _counted(backward_then_update, steps, where), _counted(backward_only, steps, where)
-        forward, zero_grad = _counted(forward_only, steps, where), _counted(group.opt.zero_grad, steps, where)
+        forward = _counted(forward_only, steps, where)
         for _ in range(warmup):
             group.step()
         whole = _counted(group.step, steps, where)
         mode = group.step_mode()
     row = {"name": case.name, "runs": runs, "compile": compile, "device": str(where),
            "parameter_tensors": len(group.names),
-           "ops": whole["ops"], "top_ops": whole["top_ops"], "forward_ops": forward["ops"] - zero_grad["ops"],
+           "ops": whole["ops"], "top_ops": whole["top_ops"], "compute_ops": whole["compute_ops"],
+           "forward_ops": forward["ops"],
            "backward_ops": without["ops"] - forward["ops"], "optimizer_ops": both["ops"] - without["ops"],
            "data_ops": data["ops"], "step_mode": mode}
     if where.type != "cpu":

@@ -11,29 +11,26 @@ replays it.
 
 The whole model is one update, whatever its number of parameter tensors. The optimizer owns the parameters'
 memory: the parameters of each dtype become views of one ``[runs, N]`` buffer (a run's row holds all its weights,
-each tensor in its own columns), and so do their gradients (``zero_grad`` zeroes the buffer and autograd adds
-each gradient into its view; ``step`` uses the buffer as scratch and leaves ``.grad`` None) and the optimizer's
-states. What depends on the step count is computed once per step for all runs, in float64 (warm-up factor
-and schedule, bias corrections, clipping scale: vectors over runs, cast once to the parameters' dtype), and every
-weight is updated by a handful of operations on the buffers: a step is the same few dozen ATen operations
-whatever the number of parameter tensors (70 for AdamW with clipping and warm-up, nested ones included;
-``tests/test_optim.py``), where the per-tensor loop made about 60 per tensor. Build the optimizer once the
-model is on its device and in its dtype (``Module.to`` after it would give the parameters memory the optimizer
-does not see); ``select_runs`` rebuilds the buffers when runs leave.
+each tensor in its own columns), and so do the optimizer's states. The gradients (``torch.autograd.grad``'s, handed
+to ``step``, or the ``.grad`` that ``backward`` leaves) are gathered into a buffer of the same layout by one
+``cat``, which the update then uses as scratch: autograd adds no gradient into a ``.grad`` (an operation and, on a
+GPU, a kernel per parameter tensor that zeroing a buffer and accumulating into its views cost). What depends on
+the step count is computed once per step for all runs, in float64 (warm-up factor and schedule, bias
+corrections, clipping scale: vectors over runs, cast once to the parameters' dtype), and every weight is updated
+by a handful of operations on the buffers: a step is the same few dozen ATen operations whatever the number of
+parameter tensors, plus one view each for the gather (73 for AdamW with clipping and warm-up and two tensors,
+nested ones included; ``tests/test_optim.py``), where the per-tensor loop made about 60 per tensor. Build the
+optimizer once the model is on its device and in its dtype (``Module.to`` after it would give the parameters
+memory the optimizer does not see); ``select_runs`` rebuilds the buffers when runs leave.
 """
 
 from __future__ import annotations
 
 import math
-import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 
-# A parameter that is a strided view of a buffer gets its gradient as a view with the same strides; autograd
-# warns once that such a gradient does not follow its layout rule for non-dense parameters (a contiguous
-# gradient), which matters for DDP's buckets, not here: the gradient lives where the update reads it.
-warnings.filterwarnings("ignore", message="grad and param do not obey the gradient layout contract")
 STATES = {"sgd": ("momentum_buffer",), "adamw": ("exp_avg", "exp_avg_sq")}
 SCHEDULES = ("constant", "cosine", "linear")
 
@@ -51,8 +48,7 @@ class _Flat:
                                   dim=1)
         for p, view in zip(params, self.views(self.data), strict=True):
             p.data = view  # the parameter now lives in the buffer (same values)
-        self.grad = torch.zeros_like(self.data)
-        self.grads = self.views(self.grad)
+        self.grad = torch.zeros_like(self.data)  # the gathered gradients, then the update's scratch
         self.buffers = {name: torch.zeros_like(self.data) for name in states}
         per_state = [self.views(b) for b in self.buffers.values()]
         self.state_views = [dict(zip(self.buffers, each, strict=True)) for each in zip(*per_state, strict=True)]
@@ -63,23 +59,15 @@ class _Flat:
         """Each parameter's [runs, *shape] view of ``flat`` (its columns, in order)."""
         return [part.view(p.shape) for part, p in zip(flat.split(self.sizes, dim=1), self.params, strict=True)]
 
-    def zero_grad(self) -> None:
-        self.grad.zero_()
-        for p, view in zip(self.params, self.grads, strict=True):
-            p.grad = view
-
-    def release_grads(self) -> None:
-        for p in self.params:
-            p.grad = None
-
-    def adopt_grads(self) -> None:
-        """Gradients set by hand (not accumulated into the buffer by autograd) are copied into it; a parameter
-        without a gradient counts as zeros (every family's parameters all get one in training)."""
-        for p, view in zip(self.params, self.grads, strict=True):
-            if p.grad is not view:
-                with torch.no_grad():
-                    view.copy_(p.grad) if p.grad is not None else view.zero_()
-                p.grad = view
+    def gather(self, grads: list[torch.Tensor | None]) -> None:
+        """The parameters' gradients (in their order) into their columns of the buffer, in one ``cat``; a missing
+        one counts as zeros (every family's parameters all get one in training)."""
+        runs = self.grad.shape[0]
+        parts = [torch.zeros_like(p) if g is None else g for g, p in zip(grads, self.params, strict=True)]
+        # a view where the gradient is contiguous (one operation; reshape would be two), a copy where it is not
+        rows = [g.view(runs, size) if g.is_contiguous() else g.reshape(runs, size)
+                for g, size in zip(parts, self.sizes, strict=True)]
+        torch.cat(rows, dim=1, out=self.grad)
 
 
 class GroupOptimizer:
@@ -109,6 +97,8 @@ class GroupOptimizer:
             by_dtype.setdefault(p.dtype, []).append(p)
         states = STATES[self.kind] if self.kind == "adamw" or self.momentum else ()
         self.flats = [_Flat(group, states) for group in by_dtype.values()]
+        position = {id(p): i for i, p in enumerate(params)}
+        self.orders = [[position[id(p)] for p in flat.params] for flat in self.flats]  # each buffer's, in params
         views = {id(p): v for flat in self.flats for p, v in zip(flat.params, flat.state_views, strict=True)}
         self.state: list[dict[str, torch.Tensor]] = [views[id(p)] for p in params]
         runs, device = len(self.lr), self.lr.device
@@ -184,15 +174,19 @@ class GroupOptimizer:
             torch.compile(fn, backend=backend, dynamic=None) for fn in (GroupOptimizer.clip, GroupOptimizer.update))
 
     @torch.no_grad()
-    def step(self) -> None:
-        for flat in self.flats:
-            flat.adopt_grads()
+    def step(self, grads: Sequence[torch.Tensor | None] | None = None) -> None:
+        """One update from ``grads``, the parameters' gradients in their order (what ``torch.autograd.grad``
+        returns; None for a parameter without one), or, without them, from each parameter's ``.grad`` (set by
+        ``backward`` or by hand), which is then cleared."""
+        if grads is None:
+            grads = [p.grad for p in self.params]
+            self.zero_grad()
+        for flat, order in zip(self.flats, self.orders, strict=True):
+            flat.gather([grads[i] for i in order])
         clip, update = self.compiled or (GroupOptimizer.clip, GroupOptimizer.update)
         if self.grad_clip is not None:
             clip(self)
         update(self)
-        for flat in self.flats:
-            flat.release_grads()  # the buffer held scratch: no stale gradient is left to read
 
     def update(self) -> None:
         """This step's update of every buffer, from the (clipped) gradients in them (compiled by :meth:`compile`).
@@ -221,9 +215,9 @@ class GroupOptimizer:
                 p.addcdiv_(m, torch.sqrt(v, out=g).div_(b).add_(self.eps).div_(a))
 
     def zero_grad(self) -> None:
-        """Zero every gradient (one operation per dtype); autograd then adds into the buffer's views."""
-        for flat in self.flats:
-            flat.zero_grad()
+        """Clear every ``.grad`` (no operation: :meth:`step` gathers the gradients into the buffers itself)."""
+        for p in self.params:
+            p.grad = None
 
     def select_runs(self, keep: torch.Tensor, params: list[torch.nn.Parameter]) -> None:
         """Keep only the runs at ``keep``; ``params`` are the model's parameters after the same selection."""
