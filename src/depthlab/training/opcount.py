@@ -49,10 +49,16 @@ def _counted(fn: Callable[[], Any], times: int, device: torch.device) -> dict[st
     events = prof.events()
     aten = [e for e in events if e.name.startswith("aten::")]
     top = [e for e in aten if e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::")]
-    work = [e for e in aten if _works(e.name) and not _inside_work(e)]
+    work = compute_events(aten)
     kernels = [e for e in events if is_device_event(e)]
     return {"ops": len(aten) / times, "top_ops": len(top) / times, "compute_ops": len(work) / times,
             "kernels": len(kernels) / times}
+
+
+def compute_events(aten: list[Any]) -> list[Any]:
+    """The profiler's ATen events that compute (``compute_ops``: neither views nor allocations, and not inside
+    another that computes)."""
+    return [e for e in aten if _works(e.name) and not _inside_work(e)]
 
 
 @functools.cache
