@@ -8,7 +8,7 @@ import torch
 from depthlab.tasks import TASKS
 from depthlab.tasks.counter import Counter, seed_keys
 from depthlab.training.data import CounterBatches, CounterChunks, CounterStream, group_batches
-from depthlab.training.device import samples_ahead
+from depthlab.training.device import samples_ahead, samples_on_data_thread
 from test_counter_tasks import COUNTED, SETTINGS
 
 CPU = torch.device("cpu")
@@ -34,6 +34,25 @@ def test_chunks_of_steps_are_the_one_step_batches_bit_for_bit(name):
     for _ in range(12):
         assert equal(ahead.next(), in_step.next())
     assert ahead.pending is not None  # the next chunk was asked for ahead
+
+
+def test_with_more_than_one_torch_thread_chunks_are_made_in_line_and_the_same():
+    """Stream 2's chunks go to the data thread only with one intra-op thread (``device.samples_on_data_thread``:
+    with more, its parallel regions and the step's share the cores, which slowed a 2-thread IC-QA group 1.4×); in
+    line, they are the same batches, and nothing is pending between them."""
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        assert not samples_on_data_thread()
+        task = TASKS["icqa"](**SETTINGS["icqa"])
+        inline, in_step = CounterChunks(streams([3, 4]), task, CPU), CounterBatches(streams([3, 4]), task, CPU)
+        inline.steps_per_chunk, inline.steps_per_call = 5, 2
+        for _ in range(12):
+            assert equal(inline.next(), in_step.next())
+            assert inline.pending is None
+    finally:
+        torch.set_num_threads(threads)
+    assert samples_on_data_thread() == (threads == 1)
 
 
 def test_runs_leaving_and_restored_keep_their_own_batches():

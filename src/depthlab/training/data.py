@@ -21,7 +21,7 @@ import torch
 
 from ..tasks import Batch, Task
 from ..tasks.counter import Counter, seed_keys
-from .device import copy_to, samples_ahead, to_device
+from .device import copy_to, samples_ahead, samples_on_data_thread, to_device
 
 EXHAUSTIVE_EVAL_LIMIT = 400_000  # evaluate on the whole dataset when it has at most this many examples
 SAMPLED_EVAL_EXAMPLES = 20_000  # otherwise on this many held-out examples, the same for every run
@@ -261,7 +261,8 @@ def counter_chunk(task: Task, keys: torch.Tensor, starts: torch.Tensor, steps: i
 
 class CounterChunks:
     """A group's batches of stream version 2 on a CPU, made ahead: a chunk of steps for every run at once
-    (:func:`counter_chunk`), the next chunk on the data thread while the model trains (as stream 1 does).
+    (:func:`counter_chunk`), the next chunk on the data thread while the model trains (as stream 1 does) when torch
+    runs one thread, in line when the chunk in use runs out otherwise (``device.samples_on_data_thread``).
 
     Every value is a function of (run seed, step, example, draw, lane), so C steps are one ``sample_counter`` call
     over the R × C (key, step) pairs, step c of run r in row c·R + r, reshaped to [C, R, batch, …]: bit for bit the
@@ -319,7 +320,7 @@ class CounterChunks:
         self.starts, self.pos = starts, 0
         ahead = starts + len(self.chunk[0])
         steps = min(self._chunk_steps(), self._left(ahead))
-        if steps > 0 and steps * self.step_bytes <= PREFETCH_BYTES:
+        if steps > 0 and steps * self.step_bytes <= PREFETCH_BYTES and samples_on_data_thread():
             self.pending = _prefetcher().submit(counter_chunk, self.task, self.keys, ahead, steps, self.batch_size,
                                                 self.steps_per_call)
 

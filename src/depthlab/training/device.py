@@ -135,10 +135,22 @@ def copy_to(destination: torch.Tensor, array: np.ndarray) -> None:
 
 
 def samples_ahead(device: torch.device) -> bool:
-    """Whether stream 2's batches are made ahead of the step, a chunk of steps at a time on the data thread: on a
-    CPU, where sampling in line would hold up the step's own work; on an accelerator the batch is made in the step,
+    """Whether stream 2's batches are made ahead of the step, a chunk of steps at a time: on a CPU, where one call
+    for many steps costs far less per example than one a step; on an accelerator the batch is made in the step,
     inside its captured graph."""
     return device.type == "cpu"
+
+
+def samples_on_data_thread() -> bool:
+    """Whether a CPU's next chunk of stream 2 is made on the data thread while the model trains, or in line when
+    the step needs it: on the thread only when torch runs one intra-op thread. Stream 2's samplers are torch
+    operations; with more threads, the data thread's parallel regions and the step's run at once on the same cores
+    and both slow down. Measured on this project's 2-core machine with 2 threads (`depthlab reproduce
+    seed001-depth --scale quick`'s settings, 2 layers, 3 runs): an IC-QA group trained in 14.2 / 12.8 s with the
+    chunks ahead on the thread and 10.2 / 9.4 s with them in line (stream 1: 10.7 / 8.8 s), a template group in
+    6.5 s against 2.8 s (stream 1: 3.0 s); with one thread the data thread is worth it (icqa-quick: 50 / 126
+    thousand examples a second at 1 / 16 runs against 43 / 108 in line)."""
+    return torch.get_num_threads() == 1
 
 
 def profiler_activities(device: torch.device) -> list[torch.profiler.ProfilerActivity]:
