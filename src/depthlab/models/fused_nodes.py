@@ -47,17 +47,18 @@ def _per_run(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 
 def layer_norm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """LN(x) · w + b for ``x`` [R, …, d] and ``w``, ``b`` [R, d], and what its backward needs: (out, normed, mean,
-    rstd)."""
+    rstd, w as [R, 1, …, 1, d])."""
     normed, mean, rstd = torch.native_layer_norm(x, x.shape[-1:], None, None, EPS)
-    return torch.addcmul(_per_run(b, x), normed, _per_run(w, x)), normed, mean, rstd
+    w_rows = _per_run(w, x)  # kept for the backward, which needs it in this shape too (one view fewer)
+    return torch.addcmul(_per_run(b, x), normed, w_rows), normed, mean, rstd, w_rows
 
 
-def layer_norm_grads(grad: torch.Tensor, x: torch.Tensor, w: torch.Tensor, normed: torch.Tensor,
+def layer_norm_grads(grad: torch.Tensor, x: torch.Tensor, w_rows: torch.Tensor, normed: torch.Tensor,
                      mean: torch.Tensor, rstd: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """:func:`layer_norm`'s gradients (x, w, b) from the output's ``grad``: the products and sums autograd's
-    ``AddcmulBackward0`` makes, and ``native_layer_norm_backward``."""
+    """:func:`layer_norm`'s gradients (x, w, b) from the output's ``grad`` (``w_rows``: w as :func:`layer_norm`
+    returned it): the products and sums autograd's ``AddcmulBackward0`` makes, and ``native_layer_norm_backward``."""
     rows = tuple(range(1, x.dim() - 1))  # the axes a run's w and b are broadcast over
-    grad_x = torch.ops.aten.native_layer_norm_backward(grad * _per_run(w, x), x, x.shape[-1:], mean, rstd,
+    grad_x = torch.ops.aten.native_layer_norm_backward(grad * w_rows, x, x.shape[-1:], mean, rstd,
                                                        None, None, [True, False, False])[0]
     grad_w = (grad * normed).sum(rows) if rows else grad * normed
     grad_b = grad.sum(rows) if rows else grad
@@ -69,8 +70,8 @@ class RunLayerNorm(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        out, normed, mean, rstd = layer_norm(x, w, b)
-        ctx.save_for_backward(x, w, normed, mean, rstd)
+        out, normed, mean, rstd, w_rows = layer_norm(x, w, b)
+        ctx.save_for_backward(x, w_rows, normed, mean, rstd)
         return out
 
     @staticmethod
