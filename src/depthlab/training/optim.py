@@ -19,10 +19,10 @@ the step count is computed once per step for all runs, in float64 (warm-up facto
 corrections, clipping scale: vectors over runs, cast once to the parameters' dtype), and every weight is updated
 by a handful of operations on the buffers: a step is the same few dozen ATen operations whatever the number of
 parameter tensors, plus one view for the gather of each with more axes than [runs, size] (48 for AdamW with
-clipping and warm-up and two such tensors,
-nested ones included; ``tests/test_optim.py``), where the per-tensor loop made about 60 per tensor. Build the
-optimizer once the model is on its device and in its dtype (``Module.to`` after it would give the parameters
-memory the optimizer does not see); ``select_runs`` rebuilds the buffers when runs leave.
+clipping and warm-up and two such tensors, nested ones included; ``tests/test_optim.py``), where the per-tensor
+loop made about 60 per tensor. Build the optimizer once the model is on its device and in its dtype (``Module.to``
+after it would give the parameters memory the optimizer does not see); ``select_runs`` rebuilds the buffers when
+runs leave.
 """
 
 from __future__ import annotations
