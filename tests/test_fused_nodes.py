@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from depthlab.models import MODELS, TaskShapes, build_model
-from depthlab.models.attention_kernels import weighted_keys
+from depthlab.models.attention_kernels import FullLayer, composed_layer, weighted_keys
 from depthlab.models.fused_blocks import ResidualMLP
 from depthlab.models.fused_nodes import HeadsOutput, HeadsProjection, RunLayerNorm
 
@@ -182,3 +182,18 @@ def test_one_heads_weighted_keys_equal_the_broadcast_over_added_axes_bit_for_bit
     heads = torch.relu(torch.randn(64, 11, 3, generator=g))
     assert torch.equal(weighted_keys(heads, keys), (heads.unsqueeze(-1) * keys.unsqueeze(2)).sum(1))
 
+
+
+@pytest.mark.parametrize("heads", [1, 2])
+@pytest.mark.parametrize("softmax", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_attention_only_layer_equals_autograds_composition_bit_for_bit(heads, softmax, dtype):
+    """``FullLayer`` (one node) against the same layer composed by autograd: values, and the gradients of H (three
+    shares, summed in autograd's order), W_QK and W_V."""
+    g = torch.Generator().manual_seed(1)
+    runs, batch, n, width = 3, 4, 5, 6
+    leaves = [torch.randn(runs, batch, n, width, generator=g, dtype=dtype),
+              torch.randn(runs, heads, width, width, generator=g, dtype=dtype) * 0.3,
+              torch.randn(runs, heads, width, width, generator=g, dtype=dtype) * 0.3]
+    grad = torch.randn(runs, batch, n, width, generator=g, dtype=dtype)
+    equal_values_and_gradients((composed_layer, FullLayer.apply), leaves, [grad], softmax)

@@ -165,7 +165,7 @@ def test_a_step_costs_one_view_more_per_parameter_tensor_and_no_other_operation(
         counts.append(len(names))
         views.append(names.count("aten::view"))
     assert views[1] - views[0] == 38 and counts[1] - counts[0] == 38, (counts, views)
-    assert counts[0] <= 80, counts  # 73 with torch 2.13
+    assert counts[0] <= 50, counts  # 48 with torch 2.13 (73 at 4da01bb, which cast Python numbers at each step)
 
 
 def test_gradients_left_by_backward_are_read_and_cleared():

@@ -5,7 +5,8 @@ through memory for 0.16 GFLOP of matrix products, so it runs at the speed of mem
 autograd's generic backward passes add whole activation-sized tensors: a zero-filled gradient for every slice
 of H and a sum for every use of it. The last layer, which reads one query, is written here with fewer passes
 over memory; a test checks it against the generic code (``tests/test_model.py``: values and gradients, in
-float64).
+float64). The other layers are one autograd node each (:class:`FullLayer`, issue 45 item 5: fewer operations a
+step), equal to autograd's composition bit for bit (``tests/test_fused_nodes.py``).
 """
 
 from __future__ import annotations
@@ -42,7 +43,16 @@ def full_layer(h: torch.Tensor, w_qk: torch.Tensor, w_v: torch.Tensor, softmax: 
     batched products on views (the 1/m applied to the product's result): what a layer computes when no hook
     asks for its intermediates. Rows (query, head) of every example are one matrix, so the scores, the pattern
     and the mixed keys need no transposes or copies, and the residual is one product over (head, coordinate).
+    One autograd node (:class:`FullLayer`) where autocast is off; autograd's composition (:func:`composed_layer`)
+    under autocast, which casts the products' operands.
     """
+    if torch.is_autocast_enabled(h.device.type):
+        return composed_layer(h, w_qk, w_v, softmax)
+    return FullLayer.apply(h, w_qk, w_v, softmax)
+
+
+def composed_layer(h: torch.Tensor, w_qk: torch.Tensor, w_v: torch.Tensor, softmax: bool) -> torch.Tensor:
+    """:func:`full_layer` as autograd composes it (under autocast: the residual stream stays fp32)."""
     runs, batch, n, width = h.shape
     heads = w_qk.shape[1]
     rows = h.view(runs, batch * n, width)
@@ -54,6 +64,58 @@ def full_layer(h: torch.Tensor, w_qk: torch.Tensor, w_v: torch.Tensor, softmax: 
     if torch.is_autocast_enabled(h.device.type):  # … except in bf16, where the residual stream stays fp32
         return h + torch.bmm(mixed, w_v).mul_(1 / heads).view(h.shape)
     return torch.baddbmm(rows, mixed, w_v, alpha=1 / heads).view(h.shape)
+
+
+class FullLayer(torch.autograd.Function):
+    """:func:`composed_layer` (autocast off) as one autograd node: the same kernels on the same operands, forward and
+    backward (autograd's ``BaddbmmBackward0``, ``BmmBackward0``, ``ReluBackward0`` or ``SoftmaxBackward0``), and H's
+    three gradients summed in the order autograd's engine sums them, so values and gradients are equal bit for bit
+    (``tests/test_fused_nodes.py``); without the seven nodes that view, transpose and reshape (and undo it)."""
+
+    @staticmethod
+    def forward(ctx, h: torch.Tensor, w_qk: torch.Tensor, w_v: torch.Tensor, softmax: bool) -> torch.Tensor:
+        runs, batch, n, width = h.shape
+        heads = w_qk.shape[1]
+        rows = h.view(runs, batch * n, width)
+        keys = h.view(runs * batch, n, width)
+        w_q = stacked_heads(w_qk)
+        queries = torch.bmm(rows, w_q).view(runs * batch, n * heads, width)
+        pattern = attention_pattern(torch.bmm(queries, transposed(keys)), softmax)
+        mixed = torch.bmm(pattern, keys).view(runs, batch * n, heads * width)
+        w_o = w_v.view(runs, heads * width, width)
+        ctx.save_for_backward(rows, keys, w_q, queries, pattern, mixed, w_o)
+        ctx.softmax = softmax
+        return torch.baddbmm(rows, mixed, w_o, alpha=1 / heads).view(h.shape)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        rows, keys, w_q, queries, pattern, mixed, w_o = ctx.saved_tensors
+        runs, rows_per_run, width = rows.shape
+        heads = w_q.shape[-1] // width
+        alpha = 1 / heads
+        grad_rows = grad.view(rows.shape)
+        grad_w_v = _scaled(torch.bmm(transposed(mixed), grad_rows), alpha).view(runs, heads, width, width) \
+            if ctx.needs_input_grad[2] else None
+        grad_mixed = _scaled(torch.bmm(grad_rows, transposed(w_o)), alpha).view(pattern.shape[0], -1, width)
+        grad_pattern = torch.bmm(grad_mixed, transposed(keys))
+        if ctx.softmax:
+            grad_scores = torch.ops.aten._softmax_backward_data(grad_pattern, pattern, -1, pattern.dtype)
+        else:
+            grad_scores = torch.ops.aten.threshold_backward(grad_pattern, pattern, 0)  # ReLU's, from its result
+        grad_queries = torch.bmm(grad_scores, keys).view(runs, rows_per_run, -1)
+        grad_w_qk = _heads_first(torch.bmm(transposed(rows), grad_queries), heads) if ctx.needs_input_grad[1] else None
+        grad_h = None
+        if ctx.needs_input_grad[0]:  # H's shares: the residual, the queries', then the keys' (their two summed)
+            grad_keys = torch.bmm(transposed(pattern), grad_mixed) + transposed(
+                torch.bmm(transposed(queries), grad_scores))
+            grad_h = (grad_rows + torch.bmm(grad_queries, transposed(w_q))).view(grad.shape) + grad_keys.view(
+                grad.shape)
+        return grad_h, grad_w_qk, grad_w_v, None
+
+
+def _scaled(t: torch.Tensor, alpha: float) -> torch.Tensor:
+    """``t`` times ``alpha`` (autograd's ``maybe_multiply``: no operation when alpha is 1)."""
+    return t if alpha == 1 else t * alpha
 
 
 def _heads_first(grad: torch.Tensor, heads: int) -> torch.Tensor:

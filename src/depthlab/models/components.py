@@ -102,11 +102,19 @@ class Embed(torch.nn.Module):
     def __init__(self, d_vocab: int, d_model: int, init: Init) -> None:
         super().__init__()
         self.W_E = init.normal([d_vocab, d_model])
+        # each run's index, [R, 1, 1], made once (an arange and two added axes were eight operations a step)
+        runs = init.runs
+        self.register_buffer("run_index", fixed_table([runs, 1, 1], lambda: torch.arange(runs).view(runs, 1, 1),
+                                                      torch.long), persistent=False)
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         if inputs.is_floating_point():
             return per_run(inputs.to(self.W_E.dtype), self.W_E)
-        return self.W_E[torch.arange(inputs.shape[0], device=inputs.device)[:, None, None], inputs]  # a gather per run
+        runs = inputs.shape[0]
+        # after runs left the group (``select_runs`` keeps parameters, not this buffer) the index is made again
+        index = self.run_index if self.run_index.shape[0] == runs else torch.arange(runs, device=inputs.device)[
+            :, None, None]
+        return self.W_E[index, inputs]  # a gather per run
 
 
 class PosEmbed(torch.nn.Module):

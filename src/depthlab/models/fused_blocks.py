@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .fused_nodes import layer_norm, layer_norm_grads, product_grads
+from .fused_nodes import as_shape, layer_norm, layer_norm_grads, product_grads
 
 
 class ResidualMLP(torch.autograd.Function):
@@ -26,18 +26,18 @@ class ResidualMLP(torch.autograd.Function):
     def forward(ctx, x: torch.Tensor, ln_w: torch.Tensor, ln_b: torch.Tensor, w_in: torch.Tensor,
                 b_in: torch.Tensor, w_out: torch.Tensor, b_out: torch.Tensor) -> torch.Tensor:
         runs = x.shape[0]
-        rows = x.reshape(runs, -1, x.shape[-1])
-        normed_rows, normed, mean, rstd = layer_norm(rows, ln_w, ln_b)
+        rows = as_shape(x, runs, -1, x.shape[-1])
+        normed_rows, normed, mean, rstd, ln_w_rows = layer_norm(rows, ln_w, ln_b)
         pre = torch.baddbmm(b_in.view(runs, 1, -1), normed_rows, w_in)
         post = F.gelu(pre)
-        ctx.save_for_backward(rows, ln_w, normed, mean, rstd, normed_rows, w_in, pre, post, w_out)
+        ctx.save_for_backward(rows, ln_w_rows, normed, mean, rstd, normed_rows, w_in, pre, post, w_out)
         return x + torch.baddbmm(b_out.view(runs, 1, -1), post, w_out).view(x.shape)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        rows, ln_w, normed, mean, rstd, normed_rows, w_in, pre, post, w_out = ctx.saved_tensors
-        grad_post, grad_w_out, grad_b_out = product_grads(grad.reshape(rows.shape), post, w_out)
+        rows, ln_w_rows, normed, mean, rstd, normed_rows, w_in, pre, post, w_out = ctx.saved_tensors
+        grad_post, grad_w_out, grad_b_out = product_grads(as_shape(grad, *rows.shape), post, w_out)
         grad_pre = torch.ops.aten.gelu_backward(grad_post, pre)
         grad_normed, grad_w_in, grad_b_in = product_grads(grad_pre, normed_rows, w_in)
-        grad_rows, grad_ln_w, grad_ln_b = layer_norm_grads(grad_normed, rows, ln_w, normed, mean, rstd)
+        grad_rows, grad_ln_w, grad_ln_b = layer_norm_grads(grad_normed, rows, ln_w_rows, normed, mean, rstd)
         return grad + grad_rows.view(grad.shape), grad_ln_w, grad_ln_b, grad_w_in, grad_b_in, grad_w_out, grad_b_out

@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 
 EPS = 1e-5  # F.layer_norm's default
+SWAP_1_2 = (0, 2, 1, 3)  # a 4-d tensor's transpose(1, 2), as a permutation
 
 
 def transposed(t: torch.Tensor) -> torch.Tensor:
@@ -29,6 +30,16 @@ def transposed(t: torch.Tensor) -> torch.Tensor:
     return t.as_strided((batch, cols, rows), (stride_batch, stride_cols, stride_rows))
 
 
+def permuted(t: torch.Tensor, order: tuple[int, ...]) -> torch.Tensor:
+    """``t.permute(order)`` as one ``as_strided`` (:func:`transposed` for any axes, with the same caveat)."""
+    return t.as_strided([t.shape[i] for i in order], [t.stride(i) for i in order])
+
+
+def as_shape(t: torch.Tensor, *shape: int) -> torch.Tensor:
+    """``t.reshape(shape)``, as a view when ``t`` is contiguous (a reshape is two operations, a view one)."""
+    return t.view(shape) if t.is_contiguous() else t.reshape(shape)
+
+
 def _per_run(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """[R, d] as [R, 1, …, 1, d], to broadcast against ``like`` [R, …, d]."""
     return t.view(t.shape[0], *([1] * (like.dim() - 2)), t.shape[-1])
@@ -36,17 +47,18 @@ def _per_run(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 
 def layer_norm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """LN(x) · w + b for ``x`` [R, …, d] and ``w``, ``b`` [R, d], and what its backward needs: (out, normed, mean,
-    rstd)."""
+    rstd, w as [R, 1, …, 1, d])."""
     normed, mean, rstd = torch.native_layer_norm(x, x.shape[-1:], None, None, EPS)
-    return torch.addcmul(_per_run(b, x), normed, _per_run(w, x)), normed, mean, rstd
+    w_rows = _per_run(w, x)  # kept for the backward, which needs it in this shape too (one view fewer)
+    return torch.addcmul(_per_run(b, x), normed, w_rows), normed, mean, rstd, w_rows
 
 
-def layer_norm_grads(grad: torch.Tensor, x: torch.Tensor, w: torch.Tensor, normed: torch.Tensor,
+def layer_norm_grads(grad: torch.Tensor, x: torch.Tensor, w_rows: torch.Tensor, normed: torch.Tensor,
                      mean: torch.Tensor, rstd: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """:func:`layer_norm`'s gradients (x, w, b) from the output's ``grad``: the products and sums autograd's
-    ``AddcmulBackward0`` makes, and ``native_layer_norm_backward``."""
+    """:func:`layer_norm`'s gradients (x, w, b) from the output's ``grad`` (``w_rows``: w as :func:`layer_norm`
+    returned it): the products and sums autograd's ``AddcmulBackward0`` makes, and ``native_layer_norm_backward``."""
     rows = tuple(range(1, x.dim() - 1))  # the axes a run's w and b are broadcast over
-    grad_x = torch.ops.aten.native_layer_norm_backward(grad * _per_run(w, x), x, x.shape[-1:], mean, rstd,
+    grad_x = torch.ops.aten.native_layer_norm_backward(grad * w_rows, x, x.shape[-1:], mean, rstd,
                                                        None, None, [True, False, False])[0]
     grad_w = (grad * normed).sum(rows) if rows else grad * normed
     grad_b = grad.sum(rows) if rows else grad
@@ -58,8 +70,8 @@ class RunLayerNorm(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        out, normed, mean, rstd = layer_norm(x, w, b)
-        ctx.save_for_backward(x, w, normed, mean, rstd)
+        out, normed, mean, rstd, w_rows = layer_norm(x, w, b)
+        ctx.save_for_backward(x, w_rows, normed, mean, rstd)
         return out
 
     @staticmethod
@@ -88,14 +100,15 @@ def side_by_side_bias(b_q: torch.Tensor, b_k: torch.Tensor, b_v: torch.Tensor) -
 
 
 def _side_by_side_copy(w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor) -> torch.Tensor:
-    """:func:`side_by_side`'s matrix, each weight copied into its columns (seven operations where concatenating,
-    transposing and reshaping are ten; under autograd those are differentiable, these copies are not)."""
+    """:func:`side_by_side`'s matrix in five operations (its differentiable transposes and reshapes are ten)."""
     runs, heads, d, d_head = w_q.shape
-    w = torch.empty(runs, d, heads * 3 * d_head, dtype=w_q.dtype, device=w_q.device)
-    row = heads * 3 * d_head
-    for part, weight in enumerate((w_q, w_k, w_v)):
-        w.as_strided((runs, heads, d, d_head), (d * row, 3 * d_head, row, 1), part * d_head).copy_(weight)
-    return w
+    return _heads_side_by_side((w_q, w_k, w_v)).view(runs, d, heads * 3 * d_head)
+
+
+def _heads_side_by_side(parts: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """Three tensors [a, heads, b, d_head] as one contiguous [a, b, heads, 3 · d_head], each head's three parts
+    adjacent: one copy (a ``cat`` of views, whatever the parts' strides)."""
+    return torch.cat([permuted(t, SWAP_1_2) for t in parts], dim=-1)
 
 
 def _qkv_layout(runs: int, batch: int, n: int, heads: int, d_head: int) -> tuple[list[int], list[int]]:
@@ -119,7 +132,7 @@ class HeadsProjection(torch.autograd.Function):
                 b_q: torch.Tensor | None, b_k: torch.Tensor | None, b_v: torch.Tensor | None):
         runs, batch, n, d = x.shape
         heads, d_head = w_q.shape[1], w_q.shape[-1]
-        rows, w = x.reshape(runs, batch * n, d), _side_by_side_copy(w_q, w_k, w_v)
+        rows, w = as_shape(x, runs, batch * n, d), _side_by_side_copy(w_q, w_k, w_v)
         ctx.save_for_backward(rows, w)
         ctx.shape, ctx.x_shape = (runs, batch, n, heads, d_head), x.shape
         qkv = torch.bmm(rows, w) if b_q is None else torch.baddbmm(side_by_side_bias(b_q, b_k, b_v), rows, w)
@@ -132,10 +145,8 @@ class HeadsProjection(torch.autograd.Function):
     def backward(ctx, grad_q: torch.Tensor, grad_k: torch.Tensor, grad_v: torch.Tensor):
         rows, w = ctx.saved_tensors
         runs, batch, n, heads, d_head = ctx.shape
-        grad = torch.empty(runs, batch * n, heads * 3 * d_head, dtype=rows.dtype, device=rows.device)
-        size, stride = _qkv_layout(*ctx.shape)
-        for part, grad_part in enumerate((grad_q, grad_k, grad_v)):
-            grad.as_strided(size, stride, part * d_head).copy_(grad_part)
+        # the three gradients (attention's backward chooses their strides) side by side, as the product's columns
+        grad = _heads_side_by_side((grad_q, grad_k, grad_v)).view(runs, batch * n, heads * 3 * d_head)
         grad_rows, grad_w, grad_b = product_grads(grad, rows, w, bias=ctx.needs_input_grad[4])
         return grad_rows.view(ctx.x_shape), *_thirds(grad_w, heads, d_head), *_thirds(grad_b, heads, d_head)
 
@@ -149,8 +160,9 @@ def _thirds(grad: torch.Tensor | None, heads: int, d_head: int) -> tuple[torch.T
     runs, middle = grad.shape[0], grad.shape[1:-1]  # middle: (d,) for a weight, () for a bias
     parts = torch.empty(3, runs, heads, *middle, d_head, dtype=grad.dtype, device=grad.device)
     order = (1, 3, 2, 0, 4) if middle else (1, 2, 0, 3)  # parts' axes in the gradient's order: R, (d,) heads, 3, d_head
-    parts.permute(order).copy_(grad.view(runs, *middle, heads, 3, d_head))
-    return tuple(parts.unbind(0))
+    permuted(parts, order).copy_(grad.view(runs, *middle, heads, 3, d_head))
+    # each part as one as_strided (unbind is seven operations): a fresh tensor, so no offset of its own to add
+    return tuple(parts.as_strided(parts.shape[1:], parts.stride()[1:], part * parts.stride(0)) for part in range(3))
 
 
 class HeadsOutput(torch.autograd.Function):
@@ -166,7 +178,7 @@ class HeadsOutput(torch.autograd.Function):
     def forward(ctx, z: torch.Tensor, w_o: torch.Tensor, b_o: torch.Tensor, residual: torch.Tensor | None,
                 shape: torch.Size) -> torch.Tensor:
         runs, heads, d_head, d = w_o.shape
-        rows = z.transpose(1, 2).reshape(runs, -1, heads * d_head)
+        rows = as_shape(permuted(z, SWAP_1_2), runs, -1, heads * d_head)  # a view of attention's output on a CPU
         w = w_o.view(runs, heads * d_head, d)
         ctx.save_for_backward(rows, w)
         ctx.z_shape = z.shape
@@ -177,7 +189,7 @@ class HeadsOutput(torch.autograd.Function):
     def backward(ctx, grad: torch.Tensor):
         rows, w = ctx.saved_tensors
         batches, heads, n, d_head = ctx.z_shape
-        grad_rows, grad_w, grad_b = product_grads(grad.reshape(w.shape[0], -1, w.shape[-1]), rows, w)
-        grad_z = grad_rows.view(batches, n, heads, d_head).transpose(1, 2)
+        grad_rows, grad_w, grad_b = product_grads(as_shape(grad, w.shape[0], -1, w.shape[-1]), rows, w)
+        grad_z = permuted(grad_rows.view(batches, n, heads, d_head), SWAP_1_2)
         grad_residual = grad if ctx.needs_input_grad[3] else None
         return grad_z, grad_w.view(-1, heads, d_head, w.shape[-1]), grad_b, grad_residual, None

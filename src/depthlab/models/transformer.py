@@ -236,7 +236,8 @@ class Transformer(RunModule):
         x = self.residual_stream(inputs)
         for block in self.blocks:
             x = block(x)
-        return self.unembed(self.ln_final(x[:, :, -1] if read is None else x[:, :, read]))
+        # the last position copied once here: the LayerNorm would copy it in its forward and again in its backward
+        return self.unembed(self.ln_final(x[:, :, -1].contiguous() if read is None else x[:, :, read]))
 
 
 TransformerSpec.family = Transformer

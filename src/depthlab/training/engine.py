@@ -102,6 +102,7 @@ class Group:
         # each run's train loss and hits since its last log point, summed on the device: read at log points only
         self.sums = torch.zeros(len(self.runs), 2, dtype=torch.float64, device=self.device)
         self.loss_sums, self.hit_sums = self.sums.unbind(1)
+        self.step_losses = torch.zeros(len(self.runs), dtype=torch.float64, device=self.device)  # tally's scratch
         self.batches = group_batches([run.stream for run in self.runs], task, self.device)
         # how the step runs: None = to be replayed as a CUDA graph (device.GraphedStep), else why not (one line)
         self.eager_because = graph_plan(t.cuda_graph, self.device)
@@ -189,7 +190,8 @@ class Group:
     @torch.no_grad()  # the sums are no part of the graph (two detach() calls were two operations a step)
     def tally(self, losses: torch.Tensor, outputs: torch.Tensor, y: torch.Tensor) -> None:
         """Add each run's summed loss (mean × batch) and hits to its sums (float64, on the device)."""
-        self.loss_sums.add_(losses, alpha=self.train.batch_size)  # in float64: exact
+        # in float64: exact (a copy_ casts in one operation, where add_ of the float32 losses would cast in four)
+        self.loss_sums.add_(self.step_losses.copy_(losses), alpha=self.train.batch_size)
         hits = per_run_correct(outputs, y, self.task.loss, self.task.accuracy_over)
         self.hit_sums.add_(math.nan if hits is None else hits)
 
@@ -327,6 +329,7 @@ class Group:
         self.opt.select_runs(index, list(self.model.parameters()))
         self.sums = self.sums[index]
         self.loss_sums, self.hit_sums = self.sums.unbind(1)
+        self.step_losses = self.step_losses[index]
         self.batches.select_runs(keep)
         self.runs = [self.runs[r] for r in keep]
         if self.graphed is not None:  # the graph read and wrote the tensors just replaced: capture again

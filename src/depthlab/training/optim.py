@@ -18,10 +18,11 @@ GPU, a kernel per parameter tensor that zeroing a buffer and accumulating into i
 the step count is computed once per step for all runs, in float64 (warm-up factor and schedule, bias
 corrections, clipping scale: vectors over runs, cast once to the parameters' dtype), and every weight is updated
 by a handful of operations on the buffers: a step is the same few dozen ATen operations whatever the number of
-parameter tensors, plus one view each for the gather (73 for AdamW with clipping and warm-up and two tensors,
-nested ones included; ``tests/test_optim.py``), where the per-tensor loop made about 60 per tensor. Build the
-optimizer once the model is on its device and in its dtype (``Module.to`` after it would give the parameters
-memory the optimizer does not see); ``select_runs`` rebuilds the buffers when runs leave.
+parameter tensors, plus one view for the gather of each with more axes than [runs, size] (48 for AdamW with
+clipping and warm-up and two such tensors, nested ones included; ``tests/test_optim.py``), where the per-tensor
+loop made about 60 per tensor. Build the optimizer once the model is on its device and in its dtype (``Module.to``
+after it would give the parameters memory the optimizer does not see); ``select_runs`` rebuilds the buffers when
+runs leave.
 """
 
 from __future__ import annotations
@@ -64,8 +65,9 @@ class _Flat:
         one counts as zeros (every family's parameters all get one in training)."""
         runs = self.grad.shape[0]
         parts = [torch.zeros_like(p) if g is None else g for g, p in zip(grads, self.params, strict=True)]
-        # a view where the gradient is contiguous (one operation; reshape would be two), a copy where it is not
-        rows = [g.view(runs, size) if g.is_contiguous() else g.reshape(runs, size)
+        # [runs, size] already (a bias, a gain): as it is; else a view where the gradient is contiguous (one
+        # operation; reshape would be two), a copy where it is not
+        rows = [g if g.dim() == 2 else g.view(runs, size) if g.is_contiguous() else g.reshape(runs, size)
                 for g, size in zip(parts, self.sizes, strict=True)]
         torch.cat(rows, dim=1, out=self.grad)
 
@@ -108,6 +110,12 @@ class GroupOptimizer:
         self.rows64 = self.coef64.unbind(0)
         self.coef = {f.dtype: torch.zeros(4, runs, 1, dtype=f.dtype, device=device) for f in self.flats}
         self.rows = {dtype: c.unbind(0) for dtype, c in self.coef.items()}
+        self.coef_rows = [c.view(4, runs) for c in self.coef.values()]  # what each step copies coef64 into
+        # the update's constants as 0-d tensors of each dtype: a Python float there is wrapped into a float64 tensor
+        # and cast at every use (four operations); the same value, rounded once to the dtype here
+        b2 = self.betas[1]
+        self.constants = {f.dtype: torch.tensor([b2, self.eps, self.momentum], dtype=f.dtype, device=device).unbind(0)
+                          for f in self.flats}
         self.zero_grad()
 
     def clip(self) -> None:
@@ -131,14 +139,15 @@ class GroupOptimizer:
         if self.schedule == "constant":
             lr.copy_(self.lr)
         else:
-            torch.sub(self.steps, 1 + self.warmup_steps, out=lr).div_(self.decay_steps).clamp_(0.0, 1.0)
+            # floats, not ints: an int is wrapped into an int64 tensor and cast to float64 at every step
+            torch.sub(self.steps, float(1 + self.warmup_steps), out=lr).div_(float(self.decay_steps)).clamp_(0.0, 1.0)
             if self.schedule == "cosine":
                 lr.mul_(math.pi).cos_().add_(1.0).mul_(0.5)
             else:
                 lr.neg_().add_(1.0)
             lr.mul_(self.span).add_(self.lr_min)
         if self.warmup_steps:  # linear warm-up from lr / warmup_steps to lr
-            lr.mul_(torch.div(self.steps, self.warmup_steps, out=scratch).clamp_(max=1.0))
+            lr.mul_(torch.div(self.steps, float(self.warmup_steps), out=scratch).clamp_(max=1.0))
 
     @torch.no_grad()
     def _coefficients(self) -> None:
@@ -150,12 +159,12 @@ class GroupOptimizer:
             torch.neg(lr, out=a)  # -lr
         else:
             b1, b2 = self.betas
-            torch.pow(b1, self.steps, out=a).neg_().add_(1)  # 1 - b1^t
+            torch.pow(b1, self.steps, out=a).neg_().add_(self.one)  # 1 - b1^t (a tensor 1: no int to cast)
             torch.div(lr, a, out=a).neg_()  # -lr / (1 - b1^t): the step size, negated
-            torch.pow(b2, self.steps, out=b).neg_().add_(1).sqrt_()  # sqrt(1 - b2^t)
-            torch.mul(lr, -self.weight_decay, out=c).add_(1)  # 1 - lr * weight_decay
-        for coef in self.coef.values():
-            coef.view(4, -1).copy_(self.coef64)  # one cast per dtype
+            torch.pow(b2, self.steps, out=b).neg_().add_(self.one).sqrt_()  # sqrt(1 - b2^t)
+            torch.mul(lr, -self.weight_decay, out=c).add_(self.one)  # 1 - lr * weight_decay
+        for coef in self.coef_rows:
+            coef.copy_(self.coef64)  # one cast per dtype
 
     def compile(self, backend: str | None) -> None:
         """Compile the update (clipping, then the per-run factors and every buffer's arithmetic) with
@@ -196,12 +205,13 @@ class GroupOptimizer:
         self._coefficients()
         for flat in self.flats:
             _, a, b, c = self.rows[flat.dtype]
+            beta2, eps, momentum = self.constants[flat.dtype]
             p, g = flat.data, flat.grad
             if self.kind == "sgd":
                 if self.weight_decay:
                     g.add_(p, alpha=self.weight_decay)
                 if self.momentum:
-                    g = flat.buffers["momentum_buffer"].mul_(self.momentum).add_(g)
+                    g = flat.buffers["momentum_buffer"].mul_(momentum).add_(g)
                 p.addcmul_(g, a)  # p - lr · g
             else:
                 b1, b2 = self.betas
@@ -209,10 +219,10 @@ class GroupOptimizer:
                 if self.weight_decay:
                     p.mul_(c)
                 m.lerp_(g, 1 - b1)
-                v.mul_(b2).addcmul_(g, g, value=1 - b2)
+                v.mul_(beta2).addcmul_(g, g, value=1 - b2)
                 # p - step_size · m / (sqrt(v) / sqrt(1 - b2^t) + eps), the step size folded into the
                 # denominator, which is written over the gradient (read for the last time above)
-                p.addcdiv_(m, torch.sqrt(v, out=g).div_(b).add_(self.eps).div_(a))
+                p.addcdiv_(m, torch.sqrt(v, out=g).div_(b).add_(eps).div_(a))
 
     def zero_grad(self) -> None:
         """Clear every ``.grad`` (no operation: :meth:`step` gathers the gradients into the buffers itself)."""
