@@ -213,3 +213,17 @@ def test_a_state_the_checkpoint_lacks_starts_at_zero_and_the_step_count_is_loade
     for name, state in zip(names, opt.state, strict=True):
         assert torch.equal(state["momentum_buffer"][0], kept[f"optimizer.{name}.momentum_buffer"])
         assert state["momentum_buffer"][0].abs().min() > 0 and torch.count_nonzero(state["momentum_buffer"][1]) == 0
+
+
+def test_a_bfloat16_buffer_keeps_its_constants_as_python_numbers():
+    """The update's constants are 0-d tensors for fp32/fp64 buffers only: a bfloat16 one computes with β₂ in
+    float32 (its opmath), as a Python number gives it; β₂ = 0.99 rounded to bfloat16 would be 0.988."""
+    w = torch.nn.Parameter(torch.zeros(2, 64, dtype=torch.bfloat16))
+    opt = GroupOptimizer([w], [0.01, 0.01], "adamw", betas=(0.9, 0.99))
+    g = torch.Generator().manual_seed(3)
+    expected = torch.zeros(2, 64, dtype=torch.bfloat16)
+    for _ in range(4):
+        grad = (torch.randn(2, 64, generator=g) * 10).to(torch.bfloat16)
+        opt.step([grad])
+        expected.mul_(0.99).addcmul_(grad, grad, value=1 - 0.99)
+    assert torch.equal(opt.state[0]["exp_avg_sq"], expected)

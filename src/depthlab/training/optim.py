@@ -112,10 +112,11 @@ class GroupOptimizer:
         self.rows = {dtype: c.unbind(0) for dtype, c in self.coef.items()}
         self.coef_rows = [c.view(4, runs) for c in self.coef.values()]  # what each step copies coef64 into
         # the update's constants as 0-d tensors of each dtype: a Python float there is wrapped into a float64 tensor
-        # and cast at every use (four operations); the same value, rounded once to the dtype here
-        b2 = self.betas[1]
-        self.constants = {f.dtype: torch.tensor([b2, self.eps, self.momentum], dtype=f.dtype, device=device).unbind(0)
-                          for f in self.flats}
+        # and cast at every use (four operations); the same value, rounded once to the dtype here. Not for half
+        # dtypes: they compute with a Python number in float32, and rounding β₂ = 0.99 to bfloat16 would change it
+        numbers = (self.betas[1], self.eps, self.momentum)
+        self.constants = {f.dtype: torch.tensor(numbers, dtype=f.dtype, device=device).unbind(0)
+                          if f.dtype in (torch.float32, torch.float64) else numbers for f in self.flats}
         self.zero_grad()
 
     def clip(self) -> None:
