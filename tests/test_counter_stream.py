@@ -13,7 +13,15 @@ from depthlab.config import parse_run
 from depthlab.errors import UserError
 from depthlab.store import Store
 from depthlab.tasks import TASKS
-from depthlab.tasks.counter import Counter, hash32_, hash32_host_, hash32_tensor_, seed_keys, unsigned
+from depthlab.tasks.counter import (
+    Counter,
+    PackedRows,
+    hash32_,
+    hash32_host_,
+    hash32_tensor_,
+    seed_keys,
+    unsigned,
+)
 from depthlab.training.data import CounterBatches, CounterStream
 
 
@@ -67,6 +75,20 @@ def test_values_from_a_lane_onwards_are_those_of_a_wider_call():
         assert torch.equal(counter.normal(5, width, first), counter.normal(5, 40)[..., first : first + width])
     with pytest.raises(ValueError, match="within its first 65,536"):
         counter.words(5, 8, first=2**16 - 4)
+
+
+def test_packed_rows_are_the_table_s_rows_where_they_fill_a_word_and_absent_elsewhere():
+    rng = np.random.default_rng(3)
+    index = torch.as_tensor(rng.integers(0, 50, (3, 7)))
+    for width, high, lane in ((8, 128, np.int8), (4, 500, np.int16), (2, 2**31, np.int32), (4, 2**15 + 1, None),
+                              (3, 10, None), (1, 10, None)):
+        table = rng.integers(0, high, (50, width))
+        table[0, 0] = high - 1  # the largest value decides the lane
+        packed = PackedRows(table)
+        assert packed.lane is lane, (width, high)
+        if lane is not None:
+            taken = packed.take(torch.as_tensor(packed.words), index)
+            assert taken.dtype == torch.int64 and torch.equal(taken, torch.as_tensor(table)[index])
 
 
 def batch(task, seeds, steps, size=64):

@@ -72,7 +72,7 @@ def hash32_(x: torch.Tensor) -> torch.Tensor:
     of 32-bit integers that mixes every bit into every bit. On a CPU (where no graph is captured) by numpy on x's own
     memory (:func:`hash32_host_`), elsewhere, or while torch.compile traces, by torch operations
     (:func:`hash32_tensor_`): the same bits (``tests/test_counter_stream.py`` checks both)."""
-    if x.device.type == "cpu" and not torch.compiler.is_compiling():
+    if on_host(x):
         return hash32_host_(x)
     return hash32_tensor_(x)
 
@@ -90,20 +90,30 @@ def hash32_tensor_(x: torch.Tensor) -> torch.Tensor:
 
 
 def hash32_host_(x: torch.Tensor) -> torch.Tensor:
-    """:func:`hash32_` of a CPU tensor by numpy, in place on its memory read as uint32: numpy's unsigned shift is the
-    logical one (no masks) and its operations cost less to call than torch's: 8,192 values 20 → 10 µs, 128 values
-    14 → 4 µs, 524,288 values 470 → 355 µs on this project's CPU, one thread."""
-    h = x.numpy().view(np.uint32)
-    scratch = np.right_shift(h, 16)
-    h ^= scratch
-    h *= _MUL1
-    h ^= np.right_shift(h, 15, out=scratch)
-    h *= _MUL2
-    h ^= np.right_shift(h, 16, out=scratch)
+    """:func:`hash32_` of a CPU tensor by numpy (:func:`lowbias32_`), in place on its memory read as uint32."""
+    lowbias32_(x.numpy().view(np.uint32))
     return x
 
 
-_MUL1, _MUL2 = np.uint32(0x7FEB352D), np.uint32(0x846CA68B)
+def lowbias32_(h: np.ndarray) -> np.ndarray:
+    """``lowbias32`` of uint32 values in place (h is returned): numpy's shift of unsigned values is the logical one (no
+    masks), and its operations cost less to call than torch's: 8,192 values 20 → 10 µs, 128 values 14 → 4 µs,
+    524,288 values 470 → 355 µs on this project's CPU, one thread."""
+    scratch = np.right_shift(h, _U16)
+    h ^= scratch
+    h *= _MUL1
+    h ^= np.right_shift(h, _U15, out=scratch)
+    h *= _MUL2
+    h ^= np.right_shift(h, _U16, out=scratch)
+    return h
+
+
+_MUL1, _MUL2, _U15, _U16 = (np.uint32(c) for c in (0x7FEB352D, 0x846CA68B, 15, 16))  # no promotion per call
+
+
+def on_host(x: torch.Tensor) -> bool:
+    """Whether x's draws are computed by numpy on its memory: on a CPU, unless torch.compile is tracing."""
+    return x.device.type == "cpu" and not torch.compiler.is_compiling()
 
 
 def unsigned(words: torch.Tensor) -> torch.Tensor:
@@ -133,10 +143,20 @@ class Counter:
 
     ``capturable`` (the default) asks the sampler for work a CUDA graph can hold: no shape that depends on the values
     drawn, no host synchronisation. Off a graph (``capturable=False``: stream 2 made ahead on a CPU) a sampler may
-    draw a redraw's further candidates only for the examples that need them (:meth:`rows`), for the same values."""
+    draw a redraw's further candidates only for the examples that need them (:meth:`rows`), for the same values.
+
+    On a CPU (:func:`on_host`) the keys and the words are computed by numpy on the tensors' memory (``host``: the
+    keys as uint32), the same bits: a sampler's fixed cost is mostly the calls (memorization's chunk of 8,192
+    examples cost 122 µs for one example), and numpy's cost less than torch's."""
 
     def __init__(self, keys: torch.Tensor, steps: torch.Tensor, batch: int, capturable: bool = True) -> None:
         self.batch, self.device, self.capturable = batch, keys.device, capturable
+        self.host: np.ndarray | None = None
+        if on_host(keys):  # _absorb twice, in numpy: (key ^ step mod 2³²), then ^ example
+            run_keys = lowbias32_(keys.numpy().view(np.uint32) ^ steps.numpy().astype(np.uint32))
+            example_keys = lowbias32_(run_keys[:, None] ^ np.arange(batch, dtype=np.uint32))
+            self.keys, self.host = torch.from_numpy(example_keys.view(np.int32))[..., None], example_keys[..., None]
+            return
         examples = torch.arange(batch, dtype=torch.int32, device=self.device)
         self.keys = _absorb(_absorb(keys, steps)[:, None], examples)[..., None]  # [R, B, 1]: one key per example
 
@@ -148,6 +168,7 @@ class Counter:
         subset = object.__new__(Counter)
         subset.keys = self.keys[chosen][None]
         subset.batch, subset.device, subset.capturable = subset.keys.shape[1], self.device, False
+        subset.host = subset.keys.numpy().view(np.uint32) if self.host is not None else None
         return subset
 
     def words(self, draw: int, width: int, first: int = 0) -> torch.Tensor:
@@ -155,6 +176,8 @@ class Counter:
         the values first … first + width − 1 of the draw (within its first 2¹⁶), the same as in a wider call. A draw
         has 2¹⁶ lanes; a wider one takes them again, each value hashed once more with its block number (1, 2, … for
         the values 2¹⁶ …), so the first 2¹⁶ values are the same at any width and no lane of another draw is touched."""
+        if self.host is not None and width <= 1 << 16:
+            return torch.from_numpy(self._host_words(draw, width, first).view(np.int32))
         values = hash32_(self.keys ^ self._lanes(draw, width, first))
         if width <= 1 << 16:
             return values
@@ -164,24 +187,38 @@ class Counter:
 
     def _lanes(self, draw: int, width: int, first: int = 0) -> torch.Tensor:
         """``width`` lanes of a draw from lane ``first`` (at most 2¹⁶ in all), int32 [width]."""
-        if not 0 <= draw < 1 << 15:  # past the draws: lanes of two draws would meet
-            raise ValueError(f"a counter draw is numbered below 32,768 (got {draw})")
-        if first and first + width > 1 << 16:
-            raise ValueError(f"a counter draw's values from {first} are taken within its first 65,536 (got {width})")
-        start = (draw << 16) + first
+        start = _first_lane(draw, width, first)
         return torch.arange(start, start + min(width, 1 << 16), dtype=torch.int32, device=self.device)
+
+    def _host_words(self, draw: int, width: int, first: int = 0) -> np.ndarray:
+        """:meth:`words` (``width`` ≤ 2¹⁶) by numpy from the ``host`` keys, uint32 [R, B, width]."""
+        start = _first_lane(draw, width, first)
+        return lowbias32_(self.host ^ np.arange(start, start + width, dtype=np.uint32))
+
+    def words_by_lanes(self, draw: int, width: int) -> torch.Tensor:
+        """:meth:`words` (``width`` ≤ 2¹⁶) laid out lane by lane, [width, R, B]: each lane's values contiguous, for
+        samplers that work across examples one lane at a time."""
+        start = _first_lane(draw, width, 0)
+        if self.host is not None:
+            lanes = np.arange(start, start + width, dtype=np.uint32)[:, None, None]
+            return torch.from_numpy(lowbias32_(lanes ^ self.host[..., 0]).view(np.int32))
+        return hash32_(self._lanes(draw, width)[:, None, None] ^ self.keys[..., 0])
 
     def bits(self, draw: int, width: int) -> torch.Tensor:
         """:meth:`words` as int64 in [0, 2³²), [R, B, width]."""
+        if self.host is not None and width <= 1 << 16:
+            return torch.from_numpy(self._host_words(draw, width).astype(np.int64))
         return unsigned(self.words(draw, width))
 
     def below(self, m: torch.Tensor | int, draw: int, width: int = 1) -> torch.Tensor:
         """Integers uniform in [0, m) (up to the multiply-shift's bias), int64 [R, B, width]; ``m`` < 2³¹, an int or a
         tensor broadcasting against [R, B, width]. For m = 2ᵏ, (h · 2ᵏ) >> 32 is h's top k bits: taken in int32."""
-        words = self.words(draw, width)
         if isinstance(m, int) and m > 1 and m & (m - 1) == 0:
+            if self.host is not None and width <= 1 << 16:  # numpy's shift of unsigned values: no mask
+                return torch.from_numpy((self._host_words(draw, width) >> (33 - m.bit_length())).astype(np.int64))
+            words = self.words(draw, width)
             return (words >> _int32(33 - m.bit_length())).bitwise_and_(_int32(m - 1)).to(torch.int64)
-        product = unsigned(words).mul_(m) if isinstance(m, int) else unsigned(words) * m
+        product = self.bits(draw, width).mul_(m) if isinstance(m, int) else self.bits(draw, width) * m
         return product.bitwise_right_shift_(32)
 
     def distinct(self, population: int, k: int, draw: int, rows: int | None = None) -> torch.Tensor:
@@ -246,7 +283,7 @@ class Counter:
         """:meth:`distinct`'s passes for at most ``SORTED`` members, the same keys laid out lane by lane,
         [population, R, B]: each pass's minimum is element-wise across whole rows, not along short ones (2× faster
         on a CPU: 8,192 selections of 6 of 12 members, 980 → 482 µs; of 3 of 8, 420 → 191 µs)."""
-        words = hash32_(self._lanes(draw, population)[:, None, None] ^ self.keys[..., 0])  # [P, R, B]
+        words = self.words_by_lanes(draw, population)  # [P, R, B]
         members = torch.arange(population, dtype=torch.float64, device=self.device)[:, None, None]
         keys = words.bitwise_xor_(_int32(SIGN32)).double().mul_(1 << shift).add_(members)
         picked, flat = [], keys.view(-1)
@@ -275,9 +312,36 @@ class Counter:
         return torch.stack([cos, angle.sin_().mul_(radius)], -1).flatten(-2)[..., first - start : first - start + width]
 
 
+def _first_lane(draw: int, width: int, first: int) -> int:
+    """The counter of a draw's lane ``first`` (draw · 2¹⁶ + first), checked: lanes of two draws never meet."""
+    if not 0 <= draw < 1 << 15:
+        raise ValueError(f"a counter draw is numbered below 32,768 (got {draw})")
+    if first and first + width > 1 << 16:
+        raise ValueError(f"a counter draw's values from {first} are taken within its first 65,536 (got {width})")
+    return (draw << 16) + first
+
+
 def take_rows(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """``table[index]``, [*index.shape, *table.shape[1:]]: ``index_select`` (twice as fast as indexing on a CPU)."""
     return table.index_select(0, index.flatten()).view(*index.shape, *table.shape[1:])
+
+
+class PackedRows:
+    """The rows of a non-negative integer table [P, w] each as one int64, where they fill one exactly (8 int8, 4 int16
+    or 2 int32 lanes, every value within the lane): taking rows is then one ``index_select`` of one word per row and
+    one conversion (on a CPU, 8,192 of memorization's rows of 4 tokens: 25 → 15 µs against ``index_select`` of the
+    int64 rows, which copies each short row on its own). ``lane`` is None where the rows do not fit."""
+
+    def __init__(self, table: np.ndarray) -> None:
+        lane = {8: np.int8, 4: np.int16, 2: np.int32}.get(table.shape[1])
+        fits = lane is not None and table.min() >= 0 and table.max() <= np.iinfo(lane).max
+        self.lane = lane if fits else None
+        self.words = np.ascontiguousarray(table.astype(lane)).view(np.int64)[:, 0] if fits else None
+
+    def take(self, words: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        """``table[index]`` as int64, [..., w], from :attr:`words` on the index's device."""
+        lane = {np.int8: torch.int8, np.int16: torch.int16, np.int32: torch.int32}[self.lane]
+        return words.index_select(0, index.flatten()).view(lane).view(*index.shape, -1).to(torch.int64)
 
 
 def first_true(ok: torch.Tensor) -> torch.Tensor:
