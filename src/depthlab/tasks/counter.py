@@ -229,10 +229,12 @@ class Counter:
         passes. Off a graph, by the fastest method measured on a CPU (8,192 rows, one thread): k passes of the row's
         minimum for k ≤ 8 of at least 2k members (faster than topk, which sorts each short row: 8 members, k = 3:
         591 → 323 µs with argmin; 100 members, k = 5: 5.5 → 3.3 ms), on float64 keys, whose row minimum is 3× faster
-        than int64's argmin (64 members: 411 → 128 µs), and for at most 16 members laid out lane by lane
-        (:meth:`_smallest_by_lanes`); a whole sort of the row for most of ≤ 16 members (8 of 8: 719 → 532 µs; 12 of
-        12: 1.4 → 0.9 ms); topk otherwise (16 of 32 or of 64: passes and sort are slower). Sort and topk are 1.3–1.5×
-        faster on int64 keys than on float64. The keys are unique, so every method gives topk's answer."""
+        than int64's argmin (64 members: 411 → 128 µs); one selection of at most 16 members, any k, laid out lane by
+        lane (:meth:`_smallest_by_lanes`: against a sort of each row, 4 of 4 316 → 275 µs, 8 of 5 744 → 396 µs,
+        16 of 16 1.6 → 1.4 ms); for ``rows`` of at most 16 members, a whole sort of each row for most of them (8 of 8:
+        719 → 532 µs; 12 of 12: 1.4 → 0.9 ms against passes); topk otherwise (16 of 32 or of 64: passes and sort are
+        slower). Sort and topk are 1.3–1.5× faster on int64 keys than on float64. The keys are unique, so every method
+        gives topk's answer."""
         shift = max(1, (population - 1).bit_length())
         if self.capturable:
             keys = self._keys(draw, population, rows, shift, torch.int64)
@@ -244,9 +246,9 @@ class Counter:
                 picked.append(smallest)
                 keys.scatter_(-1, smallest, STRUCK)
             return torch.cat(picked, -1)
+        if rows is None and population <= SORTED:
+            return self._smallest_by_lanes(population, k, draw, shift)
         if k <= FEW and 2 * k <= population:
-            if rows is None and population <= SORTED:
-                return self._smallest_by_lanes(population, k, draw, shift)
             return self._smallest_by_passes(self._keys(draw, population, rows, shift, torch.float64 if shift <= 21
                                                        else torch.int64), k, shift)
         keys = self._keys(draw, population, rows, shift, torch.int64)
