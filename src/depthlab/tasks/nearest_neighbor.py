@@ -242,15 +242,20 @@ class NearestNeighbor(Task):
         nearest = dots.argmax(-1, keepdim=True)
         gap = (dots.gather(-1, nearest) - dots.scatter(-1, nearest, -math.inf).amax(-1, keepdim=True))[..., 0]
         short = gap < self.gamma - self.sure_margin
-        pick = first_true(~short)  # [..., 1]: the first candidate not surely short
-        kept = q.gather(-2, pick[..., None].expand(*pick.shape, self.d))[..., 0, :]
-        nearest = nearest[..., 0].gather(-1, pick)[..., 0]
-        every_short = short.all(-1)
-        unsure = ~every_short & (gap.gather(-1, pick)[..., 0] < self.gamma + self.sure_margin)
+        if q.shape[-2] == 1:  # one candidate: it is the first not surely short, or none is
+            kept, nearest, every_short, gap = q[..., 0, :], nearest[..., 0, 0], short[..., 0], gap[..., 0]
+        else:
+            pick = first_true(~short)  # [..., 1]: the first candidate not surely short
+            kept = q.gather(-2, pick[..., None].expand(*pick.shape, self.d))[..., 0, :]
+            nearest, every_short, gap = nearest[..., 0].gather(-1, pick)[..., 0], short.all(-1), gap.gather(-1, pick)
+        unsure = ~every_short & (gap.view(every_short.shape) < self.gamma + self.sure_margin)
         for rows, later, first in ((every_short, stages[1:], stages[0]), (unsure, (), 0)):
-            if rows.any():
-                kept[rows], nearest[rows] = (found[0] for found in self.query_off_graph(
-                    counter.rows(rows), draw, x[rows][None], later, first))
+            where = rows.view(-1).nonzero().view(-1)  # index_select and index_copy_: 2× faster than a mask
+            if len(where):
+                found, found_nearest = self.query_off_graph(
+                    counter.rows(rows), draw, x.flatten(0, -3).index_select(0, where)[None], later, first)
+                kept.view(-1, self.d).index_copy_(0, where, found[0])
+                nearest.view(-1).index_copy_(0, where, found_nearest[0])
         return kept, nearest
 
     def candidate_dots(self, queries: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
