@@ -111,20 +111,24 @@ def is_dyck_tensor(strings: torch.Tensor, depth: int) -> torch.Tensor:
 def is_dyck_by_positions(strings: torch.Tensor, depth: int) -> torch.Tensor:
     """:func:`is_dyck` on tensors, position by position with a stack of open kinds (the same answers as
     :func:`is_dyck_tensor`): off a graph, on a CPU 2× faster than its running maxima over every level (6,000
-    strings of 20 brackets: 9.7 → 5.1 ms)."""
+    strings of 20 brackets: 9.7 → 5.1 ms). Kinds and directions are read for every position at once, and the
+    stack's slot 0 holds −1, the kind of no bracket: a close is valid where the top's kind is its own (at level 0
+    the top is that slot), an open where the level is below the depth (9 operations a position, 16 before)."""
     import torch
 
     lead, big_n = strings.shape[:-1], strings.shape[-1]
     tokens = strings.reshape(-1, big_n).T.contiguous()  # [N, M]: each position one contiguous row
+    kinds, opening = tokens >> 1, (tokens & 1) == 0
+    steps = opening.long().mul_(2).sub_(1)  # +1 open, −1 close
     level = tokens.new_zeros(tokens.shape[1])
-    stack = tokens.new_zeros(depth + 1, tokens.shape[1])  # stack[d]: the kind of the open that left depth d
+    stack = tokens.new_zeros(depth + 3, tokens.shape[1])  # stack[d]: the kind of the open that reached level d ≥ 1
+    stack[0] = -1
     ok = torch.ones_like(level, dtype=torch.bool)
     for j in range(big_n):
-        kind, opening = tokens[j] >> 1, (tokens[j] & 1) == 0
-        top = stack.gather(0, (level - 1).clamp_(0, depth)[None])[0]
-        ok &= torch.where(opening, level < depth, (level > 0) & (top == kind))
-        stack.scatter_(0, level.clamp(0, depth)[None], kind[None])  # a close's write lands above the top
-        level += torch.where(opening, 1, -1)
+        top = level.clamp(0, depth + 1)  # the slot read; a row out of range has failed already
+        ok &= torch.where(opening[j], level < depth, stack.gather(0, top[None])[0] == kinds[j])
+        stack.scatter_(0, top.add_(1)[None], kinds[j][None])  # a close's write lands above the top
+        level += steps[j]
     return (ok & (level == 0)).view(lead)
 
 
@@ -323,17 +327,23 @@ class BoundedDyck(FixedEvalSet):
         # Off a graph: the negatives only, each corrupted once, and all the corruptions only where the first one stays
         # in the language (at most 1.5 % with two or more types). Corruption t of an example is the same at any
         # budget (its lanes come first), so these are the values above.
-        strings, label = strings.clone(), positive.clone()
-        negatives = ~positive
-        negative, left = self.first_leaving(strings[negatives][None], counter.rows(negatives), 1)
-        stays = ~left[0]
-        if stays.any():
-            again = negatives.clone()
-            again[negatives] = stays
-            negative[0, stays], left[0, stays] = self.first_leaving(
-                strings[again][None], counter.rows(again), CORRUPTIONS[min(self.n_types, 2)])
-        strings[negatives], label[negatives] = negative[0], ~left[0]
-        return strings, label.long()
+        # Rows by index_select and index_copy_ (2× faster than by a mask on a CPU).
+        import torch
+
+        strings, label, negatives = strings.contiguous(), positive.long(), (~positive).view(-1).nonzero().view(-1)
+        flat = strings.view(-1, self.N)
+        negative, left = self.first_leaving(flat.index_select(0, negatives)[None], counter.rows(~positive), 1)
+        stays = (~left[0]).nonzero().view(-1)
+        if len(stays):
+            again = torch.zeros_like(positive).view(-1).index_fill_(0, negatives.index_select(0, stays), True)
+            redone, redone_left = self.first_leaving(flat.index_select(0, negatives.index_select(0, stays))[None],
+                                                     counter.rows(again.view(positive.shape)),
+                                                     CORRUPTIONS[min(self.n_types, 2)])
+            negative[0].index_copy_(0, stays, redone[0])
+            left[0].index_copy_(0, stays, redone_left[0])
+        flat.index_copy_(0, negatives, negative[0])
+        label.view(-1).index_copy_(0, negatives, (~left[0]).long())
+        return strings, label
 
     def first_leaving(self, strings: torch.Tensor, counter: Counter, tries: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The first of ``tries`` corruptions of each string [R, B, N] that leaves the language (the first
