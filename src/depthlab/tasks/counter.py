@@ -213,6 +213,8 @@ class Counter:
     def below(self, m: torch.Tensor | int, draw: int, width: int = 1) -> torch.Tensor:
         """Integers uniform in [0, m) (up to the multiply-shift's bias), int64 [R, B, width]; ``m`` < 2³¹, an int or a
         tensor broadcasting against [R, B, width]. For m = 2ᵏ, (h · 2ᵏ) >> 32 is h's top k bits: taken in int32."""
+        if isinstance(m, int) and m == 1 and self.host is not None:  # (h · 1) >> 32 = 0: no words to draw
+            return torch.zeros(*self.keys.shape[:-1], width, dtype=torch.int64)
         if isinstance(m, int) and m > 1 and m & (m - 1) == 0:
             if self.host is not None and width <= 1 << 16:  # numpy's shift of unsigned values: no mask
                 return torch.from_numpy((self._host_words(draw, width) >> (33 - m.bit_length())).astype(np.int64))

@@ -309,7 +309,7 @@ class BoundedDyck(FixedEvalSet):
         shift = 1 + counter.below(max(self.n_types, 2) - 1, draw=5, width=tries * most).view(where.shape)
         copies = strings[..., None, :].expand(*where.shape[:-1], big_n)
         tokens = copies.gather(-1, where)
-        kind, is_close = tokens // 2, tokens % 2
+        kind, is_close = tokens >> 1, tokens & 1  # token ids are ≥ 0: // 2 and % 2
         kind = torch.where(active & swap, (kind + shift) % self.n_types, kind)
         is_close = torch.where(active & ~swap, 1 - is_close, is_close)
         return copies.scatter(-1, where, 2 * kind + is_close)
