@@ -312,8 +312,10 @@ class Counter:
         start = first - first % 2  # the pair that holds value ``first``
         u = self.uniform(draw, 2 * ((first + width + 1) // 2) - start, start).unflatten(-1, (-1, 2))
         radius, angle = u[..., 0].log().mul_(-2.0).sqrt_(), u[..., 1].mul(2.0 * math.pi)
-        cos = angle.cos().mul_(radius)  # in place where the operands are ours (the same products: IEEE × commutes)
-        return torch.stack([cos, angle.sin_().mul_(radius)], -1).flatten(-2)[..., first - start : first - start + width]
+        normals = torch.empty_like(u)  # the products written in their places (IEEE ×: the same values as in place)
+        torch.mul(angle.cos(), radius, out=normals[..., 0])
+        torch.mul(angle.sin_(), radius, out=normals[..., 1])
+        return normals.flatten(-2)[..., first - start : first - start + width]
 
 
 def _first_lane(draw: int, width: int, first: int) -> int:
