@@ -319,6 +319,8 @@ class BoundedDyck(FixedEvalSet):
         generator, for a negative the first of ``CORRUPTIONS`` corruptions that leaves the language (the law of
         :meth:`corrupt`'s redraws). Should every corruption stay in the language (below 10⁻¹² per example) the
         example keeps it and is labelled 1: a label is always the string's membership."""
+        import torch
+
         positive = counter.below(2, draw=0)[..., 0] == 1
         strings = self.counter_positives(counter)
         if counter.capturable:
@@ -326,10 +328,8 @@ class BoundedDyck(FixedEvalSet):
             return strings.where(positive[..., None], negative), (positive | ~left).long()
         # Off a graph: the negatives only, each corrupted once, and all the corruptions only where the first one stays
         # in the language (at most 1.5 % with two or more types). Corruption t of an example is the same at any
-        # budget (its lanes come first), so these are the values above.
-        # Rows by index_select and index_copy_ (2× faster than by a mask on a CPU).
-        import torch
-
+        # budget (its lanes come first), so these are the values above. Rows are taken and put back by index_select
+        # and index_copy_ (2× faster than by a mask on a CPU).
         strings, label, negatives = strings.contiguous(), positive.long(), (~positive).view(-1).nonzero().view(-1)
         flat = strings.view(-1, self.N)
         negative, left = self.first_leaving(flat.index_select(0, negatives)[None], counter.rows(~positive), 1)

@@ -232,8 +232,8 @@ class NearestNeighbor(Task):
         A gap below γ − :attr:`sure_margin` lacks the margin with :meth:`candidate_dots`' kernel too; one at or above
         γ + the margin has it, and its nearest neighbour is the same (no other dot product comes within 2γ_d of the
         largest). Where the first candidate not surely short is surely long, it is the query; where every candidate
-        is surely short the example goes on to the next stage; else (a gap within the margin of γ: about 2 in 10¹⁴
-        queries at the defaults; a test widens the margin to send many) and after the last stage, to
+        is surely short the example goes on to the next stage; else (a gap within the margin of γ, a band about
+        1.6·10⁻¹⁴ wide at d = 8; a test widens the margin to send many) and after the last stage, to
         :meth:`first_with_margin`'s whole budget with its own kernel shapes, so every value is its value. With
         ``lanes`` (x lane by lane, [d, k, examples]) a one-candidate stage takes its dot products and gaps across
         examples, element-wise (:func:`lane_dots`, :func:`top_gap_by_lanes`)."""
