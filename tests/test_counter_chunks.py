@@ -91,7 +91,8 @@ def test_stream_two_is_made_ahead_on_a_cpu_and_in_the_step_elsewhere():
 @pytest.mark.parametrize(("name", "setting"), [
     ("dyck", {}), ("dyck", {"N": 20, "n_types": 1}), ("dyck", {"N": 40, "n_types": 3, "depth": 4}),
     ("ictm", {}), ("ictm", {"k": 3, "l": 5, "n_symbols": 60, "n_a": 6}), ("template", {"l": 5, "n_symbols": 60}),
-    ("nearest_neighbor", {"N": 8, "d": 6}), ("nearest_neighbor", {"N": 10, "d": 3, "gamma": 0.2})])
+    ("nearest_neighbor", {}), ("nearest_neighbor", {"N": 8, "d": 6}),
+    ("nearest_neighbor", {"N": 10, "d": 3, "gamma": 0.2}), ("nearest_neighbor", {"N": 12, "d": 5, "gamma": 0.1})])
 def test_off_a_graph_redraws_only_where_needed_and_gives_the_same_values(name, setting):
     """Off a graph Dyck corrupts the negatives once, and again only where the first corruption stays in the language
     (about half of them with one bracket type); the template tasks draw one candidate sequence, and the whole budget
@@ -102,6 +103,23 @@ def test_off_a_graph_redraws_only_where_needed_and_gives_the_same_values(name, s
     assert equal(task.sample_counter(Counter(keys, steps, 400, capturable=False)), in_graph)
     with pytest.raises(RuntimeError, match="capturable"):
         Counter(keys, steps, 4).rows(torch.ones(2, 4, dtype=torch.bool))
+
+
+def test_nearest_neighbour_s_undecided_queries_take_the_whole_budget_for_the_same_values(monkeypatch):
+    """Off a graph a query is decided from a first candidate's dot products by any kernel only where its gap is
+    surely on one side of γ; a margin widened to 0.02 sends many examples on, to later stages and to the whole budget
+    (which they reach at 0.3 % otherwise), and the values stay those of the graph's kernels."""
+    from depthlab.tasks.nearest_neighbor import NearestNeighbor
+
+    task, keys, steps = TASKS["nearest_neighbor"](), seed_keys(torch.tensor([5, 9])), torch.tensor([0, 3])
+    in_graph = task.sample_counter(Counter(keys, steps, 300))
+    monkeypatch.setattr(NearestNeighbor, "sure_margin", 0.02)
+    taken = []
+    whole_budget = NearestNeighbor.first_with_margin
+    monkeypatch.setattr(NearestNeighbor, "first_with_margin",
+                        lambda self, counter, *rest: taken.append(counter.batch) or whole_budget(self, counter, *rest))
+    assert equal(task.sample_counter(Counter(keys, steps, 300, capturable=False)), in_graph)
+    assert sum(taken) > 0.1 * 600 * task.N / 2  # over a tenth of the queries (903 of 4,800), not 0.3 %
 
 
 def test_a_chunk_stays_within_the_prefetch_bound_and_a_step_over_it_is_made_in_line(monkeypatch):

@@ -75,3 +75,13 @@ def test_every_task_s_stream_two_values_are_the_pinned_ones(case):
     counter = Counter(seed_keys(torch.tensor([3, 2**40 + 5])), torch.tensor([0, 11]), 16)
     for got, want in zip(map(digest, task.sample_counter(counter)), PINNED[case], strict=True):
         assert got == pytest.approx(want, rel=1e-9) if isinstance(want, tuple) else got == want
+
+
+@pytest.mark.parametrize("case", sorted(PINNED))
+def test_the_device_s_torch_operations_give_the_pinned_values_on_a_cpu_too(case, monkeypatch):
+    """On a CPU the counter's keys, words and hash are numpy's; on a device torch operations make them (the path a
+    CUDA graph captures). Forced here on the CPU, they give the same values."""
+    from depthlab.tasks import counter
+
+    monkeypatch.setattr(counter, "on_host", lambda x: False)
+    test_every_task_s_stream_two_values_are_the_pinned_ones(case)

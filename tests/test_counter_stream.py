@@ -13,7 +13,15 @@ from depthlab.config import parse_run
 from depthlab.errors import UserError
 from depthlab.store import Store
 from depthlab.tasks import TASKS
-from depthlab.tasks.counter import Counter, hash32_, seed_keys, unsigned
+from depthlab.tasks.counter import (
+    Counter,
+    PackedRows,
+    hash32_,
+    hash32_host_,
+    hash32_tensor_,
+    seed_keys,
+    unsigned,
+)
 from depthlab.training.data import CounterBatches, CounterStream
 
 
@@ -50,6 +58,37 @@ def test_hash32_in_place_on_int32_with_wrapping_products_is_the_int64_formula():
     assert words[EDGES.index(0x80000000)] == -(2**31) and words[EDGES.index(0xFFFFFFFF)] == -1
     ours = hash32_(words)
     assert ours is words and ours.dtype == torch.int32 and torch.equal(unsigned(ours), hash32_int64(values))
+
+
+def test_the_hash_by_numpy_on_a_cpu_is_the_hash_by_torch_operations():
+    values = torch.tensor(EDGES + np.random.default_rng(2).integers(0, 2**32, 10_000).tolist()).to(torch.int32)
+    by_torch, by_numpy = hash32_tensor_(values.clone()), hash32_host_(values.clone())
+    assert torch.equal(by_numpy, by_torch) and torch.equal(hash32_(values.clone()), by_torch)
+    strided = values.clone()[::3]  # numpy works on the tensor's own memory, any strides
+    assert torch.equal(hash32_host_(strided), hash32_tensor_(values[::3].clone()))
+
+
+def test_values_from_a_lane_onwards_are_those_of_a_wider_call():
+    counter = Counter(seed_keys(torch.tensor([3, 2**40 + 5])), torch.tensor([0, 11]), 16, capturable=False)
+    assert torch.equal(counter.words(5, 7, first=9), counter.words(5, 16)[..., 9:])
+    for first, width in ((0, 5), (2, 6), (3, 6), (7, 1), (8, 24)):  # a normal pair split at either end or not
+        assert torch.equal(counter.normal(5, width, first), counter.normal(5, 40)[..., first : first + width])
+    with pytest.raises(ValueError, match="within its first 65,536"):
+        counter.words(5, 8, first=2**16 - 4)
+
+
+def test_packed_rows_are_the_table_s_rows_where_they_fill_a_word_and_absent_elsewhere():
+    rng = np.random.default_rng(3)
+    index = torch.as_tensor(rng.integers(0, 50, (3, 7)))
+    for width, high, lane in ((8, 128, np.int8), (4, 500, np.int16), (2, 2**31, np.int32), (4, 2**15 + 1, None),
+                              (3, 10, None), (1, 10, None)):
+        table = rng.integers(0, high, (50, width))
+        table[0, 0] = high - 1  # the largest value decides the lane
+        packed = PackedRows(table)
+        assert packed.lane is lane, (width, high)
+        if lane is not None:
+            taken = packed.take(torch.as_tensor(packed.words), index)
+            assert taken.dtype == torch.int64 and torch.equal(taken, torch.as_tensor(table)[index])
 
 
 def batch(task, seeds, steps, size=64):

@@ -69,15 +69,51 @@ def _int32(m: int) -> torch.Tensor:
 
 def hash32_(x: torch.Tensor) -> torch.Tensor:
     """``lowbias32`` of the 32-bit values whose bits the int32 tensor x holds, in place (x is returned): a bijection
-    of 32-bit integers that mixes every bit into every bit. Products wrap modulo 2³²; each shift by s is masked to
-    its 32 − s low bits, the logical shift (the module's docstring says why this is exact). In place with one
-    scratch tensor: a CPU's large temporaries cost page faults more than arithmetic (a fresh tensor per operation
+    of 32-bit integers that mixes every bit into every bit. On a CPU (where no graph is captured) by numpy on x's own
+    memory (:func:`hash32_host_`), elsewhere, or while torch.compile traces, by torch operations
+    (:func:`hash32_tensor_`): the same bits (``tests/test_counter_stream.py`` checks both)."""
+    if on_host(x):
+        return hash32_host_(x)
+    return hash32_tensor_(x)
+
+
+def hash32_tensor_(x: torch.Tensor) -> torch.Tensor:
+    """:func:`hash32_` by torch operations on any device, capturable: products wrap modulo 2³²; each shift by s is
+    masked to its 32 − s low bits, the logical shift (the module's docstring says why this is exact). In place with
+    one scratch tensor: a CPU's large temporaries cost page faults more than arithmetic (a fresh tensor per operation
     made a hash of 8,192 × 64 values 4× slower on this project's CPU: 2.2 ms against 0.5 ms with the copy of x)."""
     shifted = (x >> _int32(16)).bitwise_and_(_int32(0xFFFF))
     x.bitwise_xor_(shifted).mul_(_int32(0x7FEB352D))
     x.bitwise_xor_(torch.bitwise_right_shift(x, _int32(15), out=shifted).bitwise_and_(_int32(0x1FFFF)))
     x.mul_(_int32(0x846CA68B))
     return x.bitwise_xor_(torch.bitwise_right_shift(x, _int32(16), out=shifted).bitwise_and_(_int32(0xFFFF)))
+
+
+def hash32_host_(x: torch.Tensor) -> torch.Tensor:
+    """:func:`hash32_` of a CPU tensor by numpy (:func:`lowbias32_`), in place on its memory read as uint32."""
+    lowbias32_(x.numpy().view(np.uint32))
+    return x
+
+
+def lowbias32_(h: np.ndarray) -> np.ndarray:
+    """``lowbias32`` of uint32 values in place (h is returned): numpy's shift of unsigned values is the logical one (no
+    masks), and its operations cost less to call than torch's: 8,192 values 20 → 10 µs, 128 values 14 → 4 µs,
+    524,288 values 470 → 355 µs on this project's CPU, one thread."""
+    scratch = np.right_shift(h, _U16)
+    h ^= scratch
+    h *= _MUL1
+    h ^= np.right_shift(h, _U15, out=scratch)
+    h *= _MUL2
+    h ^= np.right_shift(h, _U16, out=scratch)
+    return h
+
+
+_MUL1, _MUL2, _U15, _U16 = (np.uint32(c) for c in (0x7FEB352D, 0x846CA68B, 15, 16))  # no promotion per call
+
+
+def on_host(x: torch.Tensor) -> bool:
+    """Whether x's draws are computed by numpy on its memory: on a CPU, unless torch.compile is tracing."""
+    return x.device.type == "cpu" and not torch.compiler.is_compiling()
 
 
 def unsigned(words: torch.Tensor) -> torch.Tensor:
@@ -107,10 +143,20 @@ class Counter:
 
     ``capturable`` (the default) asks the sampler for work a CUDA graph can hold: no shape that depends on the values
     drawn, no host synchronisation. Off a graph (``capturable=False``: stream 2 made ahead on a CPU) a sampler may
-    draw a redraw's further candidates only for the examples that need them (:meth:`rows`), for the same values."""
+    draw a redraw's further candidates only for the examples that need them (:meth:`rows`), for the same values.
+
+    On a CPU (:func:`on_host`) the keys and the words are computed by numpy on the tensors' memory (``host``: the
+    keys as uint32), the same bits: a sampler's fixed cost is mostly its calls (memorization's chunk cost 122 µs for
+    a single example, 157 µs for 8,192), and numpy's cost less than torch's."""
 
     def __init__(self, keys: torch.Tensor, steps: torch.Tensor, batch: int, capturable: bool = True) -> None:
         self.batch, self.device, self.capturable = batch, keys.device, capturable
+        self.host: np.ndarray | None = None
+        if on_host(keys):  # _absorb twice, in numpy: (key ^ step mod 2³²), then ^ example
+            run_keys = lowbias32_(keys.numpy().view(np.uint32) ^ steps.numpy().astype(np.uint32))
+            example_keys = lowbias32_(run_keys[:, None] ^ np.arange(batch, dtype=np.uint32))
+            self.keys, self.host = torch.from_numpy(example_keys.view(np.int32))[..., None], example_keys[..., None]
+            return
         examples = torch.arange(batch, dtype=torch.int32, device=self.device)
         self.keys = _absorb(_absorb(keys, steps)[:, None], examples)[..., None]  # [R, B, 1]: one key per example
 
@@ -122,36 +168,59 @@ class Counter:
         subset = object.__new__(Counter)
         subset.keys = self.keys[chosen][None]
         subset.batch, subset.device, subset.capturable = subset.keys.shape[1], self.device, False
+        subset.host = subset.keys.numpy().view(np.uint32) if self.host is not None else None
         return subset
 
-    def words(self, draw: int, width: int) -> torch.Tensor:
-        """``width`` 32-bit values per example, [R, B, width], as the bits of int32 (two's complement). A draw has
-        2¹⁶ lanes; a wider one takes them again, each value hashed once more with its block number (1, 2, … for the
-        values 2¹⁶ …), so the first 2¹⁶ values are the same at any width and no lane of another draw is touched."""
-        values = hash32_(self.keys ^ self._lanes(draw, width))
+    def words(self, draw: int, width: int, first: int = 0) -> torch.Tensor:
+        """``width`` 32-bit values per example, [R, B, width], as the bits of int32 (two's complement); with ``first``,
+        the values first … first + width − 1 of the draw (within its first 2¹⁶), the same as in a wider call. A draw
+        has 2¹⁶ lanes; a wider one takes them again, each value hashed once more with its block number (1, 2, … for
+        the values 2¹⁶ …), so the first 2¹⁶ values are the same at any width and no lane of another draw is touched."""
+        if self.host is not None and width <= 1 << 16:
+            return torch.from_numpy(self._host_words(draw, width, first).view(np.int32))
+        values = hash32_(self.keys ^ self._lanes(draw, width, first))
         if width <= 1 << 16:
             return values
         blocks = torch.arange(1, -(-width // (1 << 16)), dtype=torch.int32, device=self.device)[:, None]
         wider = hash32_(values[..., None, :] ^ blocks).flatten(-2)
         return torch.cat([values, wider], -1)[..., :width]
 
-    def _lanes(self, draw: int, width: int) -> torch.Tensor:
-        """The first ``width`` lanes of a draw (at most 2¹⁶), int32 [width]."""
-        if not 0 <= draw < 1 << 15:  # past the draws: lanes of two draws would meet
-            raise ValueError(f"a counter draw is numbered below 32,768 (got {draw})")
-        return torch.arange(draw << 16, (draw << 16) + min(width, 1 << 16), dtype=torch.int32, device=self.device)
+    def _lanes(self, draw: int, width: int, first: int = 0) -> torch.Tensor:
+        """``width`` lanes of a draw from lane ``first`` (at most 2¹⁶ in all), int32 [width]."""
+        start = _first_lane(draw, width, first)
+        return torch.arange(start, start + min(width, 1 << 16), dtype=torch.int32, device=self.device)
+
+    def _host_words(self, draw: int, width: int, first: int = 0) -> np.ndarray:
+        """:meth:`words` (``width`` ≤ 2¹⁶) by numpy from the ``host`` keys, uint32 [R, B, width]."""
+        start = _first_lane(draw, width, first)
+        return lowbias32_(self.host ^ np.arange(start, start + width, dtype=np.uint32))
+
+    def words_by_lanes(self, draw: int, width: int) -> torch.Tensor:
+        """:meth:`words` (``width`` ≤ 2¹⁶) laid out lane by lane, [width, R, B]: each lane's values contiguous, for
+        samplers that work across examples one lane at a time."""
+        start = _first_lane(draw, width, 0)
+        if self.host is not None:
+            lanes = np.arange(start, start + width, dtype=np.uint32)[:, None, None]
+            return torch.from_numpy(lowbias32_(lanes ^ self.host[..., 0]).view(np.int32))
+        return hash32_(self._lanes(draw, width)[:, None, None] ^ self.keys[..., 0])
 
     def bits(self, draw: int, width: int) -> torch.Tensor:
         """:meth:`words` as int64 in [0, 2³²), [R, B, width]."""
+        if self.host is not None and width <= 1 << 16:
+            return torch.from_numpy(self._host_words(draw, width).astype(np.int64))
         return unsigned(self.words(draw, width))
 
     def below(self, m: torch.Tensor | int, draw: int, width: int = 1) -> torch.Tensor:
         """Integers uniform in [0, m) (up to the multiply-shift's bias), int64 [R, B, width]; ``m`` < 2³¹, an int or a
         tensor broadcasting against [R, B, width]. For m = 2ᵏ, (h · 2ᵏ) >> 32 is h's top k bits: taken in int32."""
-        words = self.words(draw, width)
+        if isinstance(m, int) and m == 1 and self.host is not None:  # (h · 1) >> 32 = 0: no words to draw
+            return torch.zeros(*self.keys.shape[:-1], width, dtype=torch.int64)
         if isinstance(m, int) and m > 1 and m & (m - 1) == 0:
+            if self.host is not None and width <= 1 << 16:  # numpy's shift of unsigned values: no mask
+                return torch.from_numpy((self._host_words(draw, width) >> (33 - m.bit_length())).astype(np.int64))
+            words = self.words(draw, width)
             return (words >> _int32(33 - m.bit_length())).bitwise_and_(_int32(m - 1)).to(torch.int64)
-        product = unsigned(words).mul_(m) if isinstance(m, int) else unsigned(words) * m
+        product = self.bits(draw, width).mul_(m) if isinstance(m, int) else self.bits(draw, width) * m
         return product.bitwise_right_shift_(32)
 
     def distinct(self, population: int, k: int, draw: int, rows: int | None = None) -> torch.Tensor:
@@ -162,10 +231,12 @@ class Counter:
         passes. Off a graph, by the fastest method measured on a CPU (8,192 rows, one thread): k passes of the row's
         minimum for k ≤ 8 of at least 2k members (faster than topk, which sorts each short row: 8 members, k = 3:
         591 → 323 µs with argmin; 100 members, k = 5: 5.5 → 3.3 ms), on float64 keys, whose row minimum is 3× faster
-        than int64's argmin (64 members: 411 → 128 µs), and for at most 16 members laid out lane by lane
-        (:meth:`_smallest_by_lanes`); a whole sort of the row for most of ≤ 16 members (8 of 8: 719 → 532 µs; 12 of
-        12: 1.4 → 0.9 ms); topk otherwise (16 of 32 or of 64: passes and sort are slower). Sort and topk are 1.3–1.5×
-        faster on int64 keys than on float64. The keys are unique, so every method gives topk's answer."""
+        than int64's argmin (64 members: 411 → 128 µs); one selection of at most 16 members, any k, laid out lane by
+        lane (:meth:`_smallest_by_lanes`: against a sort of each row, 4 of 4 316 → 275 µs, 8 of 5 744 → 396 µs,
+        16 of 16 1.6 → 1.4 ms); for ``rows`` of at most 16 members, a whole sort of each row for most of them (8 of 8:
+        719 → 532 µs; 12 of 12: 1.4 → 0.9 ms against passes); topk otherwise (16 of 32 or of 64: passes and sort are
+        slower). Sort and topk are 1.3–1.5× faster on int64 keys than on float64. The keys are unique, so every method
+        gives topk's answer."""
         shift = max(1, (population - 1).bit_length())
         if self.capturable:
             keys = self._keys(draw, population, rows, shift, torch.int64)
@@ -177,9 +248,9 @@ class Counter:
                 picked.append(smallest)
                 keys.scatter_(-1, smallest, STRUCK)
             return torch.cat(picked, -1)
+        if rows is None and population <= SORTED:
+            return self._smallest_by_lanes(population, k, draw, shift)
         if k <= FEW and 2 * k <= population:
-            if rows is None and population <= SORTED:
-                return self._smallest_by_lanes(population, k, draw, shift)
             return self._smallest_by_passes(self._keys(draw, population, rows, shift, torch.float64 if shift <= 21
                                                        else torch.int64), k, shift)
         keys = self._keys(draw, population, rows, shift, torch.int64)
@@ -216,7 +287,7 @@ class Counter:
         """:meth:`distinct`'s passes for at most ``SORTED`` members, the same keys laid out lane by lane,
         [population, R, B]: each pass's minimum is element-wise across whole rows, not along short ones (2× faster
         on a CPU: 8,192 selections of 6 of 12 members, 980 → 482 µs; of 3 of 8, 420 → 191 µs)."""
-        words = hash32_(self._lanes(draw, population)[:, None, None] ^ self.keys[..., 0])  # [P, R, B]
+        words = self.words_by_lanes(draw, population)  # [P, R, B]
         members = torch.arange(population, dtype=torch.float64, device=self.device)[:, None, None]
         keys = words.bitwise_xor_(_int32(SIGN32)).double().mul_(1 << shift).add_(members)
         picked, flat = [], keys.view(-1)
@@ -228,23 +299,55 @@ class Counter:
                 flat.index_fill_(0, (smallest * examples.numel() + examples).view(-1), math.inf)
         return torch.stack(picked, -1)
 
-    def uniform(self, draw: int, width: int = 1) -> torch.Tensor:
-        """Reals uniform in (0, 1), float64 [R, B, width]: (h + ½) / 2³², never 0 or 1. Computed as
-        ((h − 2³¹) + (2³¹ + ½)) · 2⁻³² from the signed int32 h ^ 2³¹: every step exact in float64."""
-        return self.words(draw, width).bitwise_xor_(_int32(SIGN32)).double().add_(2.0**31 + 0.5).mul_(2.0**-32)
+    def uniform(self, draw: int, width: int = 1, first: int = 0) -> torch.Tensor:
+        """Reals uniform in (0, 1), float64 [R, B, width] (values ``first`` … of the draw): (h + ½) / 2³², never 0 or
+        1. Computed as ((h − 2³¹) + (2³¹ + ½)) · 2⁻³² from the signed int32 h ^ 2³¹: every step exact in float64."""
+        words = self.words(draw, width, first)
+        return words.bitwise_xor_(_int32(SIGN32)).double().add_(2.0**31 + 0.5).mul_(2.0**-32)
 
-    def normal(self, draw: int, width: int = 1) -> torch.Tensor:
-        """Standard normals, float64 [R, B, width]: Box–Muller, each pair of uniforms (u, v) (lanes 2i, 2i + 1) giving
-        the two independent normals √(−2 ln u) cos(2πv) and √(−2 ln u) sin(2πv) (values 2i, 2i + 1)."""
-        u = self.uniform(draw, 2 * ((width + 1) // 2)).unflatten(-1, (-1, 2))
+    def normal(self, draw: int, width: int = 1, first: int = 0) -> torch.Tensor:
+        """Standard normals, float64 [R, B, width] (values ``first`` … of the draw): Box–Muller, each pair of uniforms
+        (u, v) (lanes 2i, 2i + 1) giving the two independent normals √(−2 ln u) cos(2πv) and √(−2 ln u) sin(2πv)
+        (values 2i, 2i + 1)."""
+        start = first - first % 2  # the pair that holds value ``first``
+        u = self.uniform(draw, 2 * ((first + width + 1) // 2) - start, start).unflatten(-1, (-1, 2))
         radius, angle = u[..., 0].log().mul_(-2.0).sqrt_(), u[..., 1].mul(2.0 * math.pi)
-        cos = angle.cos().mul_(radius)  # in place where the operands are ours (the same products: IEEE × commutes)
-        return torch.stack([cos, angle.sin_().mul_(radius)], -1).flatten(-2)[..., :width]
+        normals = torch.empty_like(u)  # the products written in their places (IEEE ×: the same values as in place)
+        torch.mul(angle.cos(), radius, out=normals[..., 0])
+        torch.mul(angle.sin_(), radius, out=normals[..., 1])
+        return normals.flatten(-2)[..., first - start : first - start + width]
+
+
+def _first_lane(draw: int, width: int, first: int) -> int:
+    """The counter of a draw's lane ``first`` (draw · 2¹⁶ + first), checked: lanes of two draws never meet."""
+    if not 0 <= draw < 1 << 15:
+        raise ValueError(f"a counter draw is numbered below 32,768 (got {draw})")
+    if first and first + width > 1 << 16:
+        raise ValueError(f"a counter draw's values from {first} are taken within its first 65,536 (got {width})")
+    return (draw << 16) + first
 
 
 def take_rows(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """``table[index]``, [*index.shape, *table.shape[1:]]: ``index_select`` (twice as fast as indexing on a CPU)."""
     return table.index_select(0, index.flatten()).view(*index.shape, *table.shape[1:])
+
+
+class PackedRows:
+    """The rows of a non-negative integer table [P, w] each as one int64, where they fill one exactly (8 int8, 4 int16
+    or 2 int32 lanes, every value within the lane): taking rows is then one ``index_select`` of one word per row and
+    one conversion (on a CPU, 8,192 of memorization's rows of 4 tokens: 25 → 15 µs against ``index_select`` of the
+    int64 rows, which copies each short row on its own). ``lane`` is None where the rows do not fit."""
+
+    def __init__(self, table: np.ndarray) -> None:
+        lane = {8: np.int8, 4: np.int16, 2: np.int32}.get(table.shape[1])
+        fits = lane is not None and table.min() >= 0 and table.max() <= np.iinfo(lane).max
+        self.lane = lane if fits else None
+        self.words = np.ascontiguousarray(table.astype(lane)).view(np.int64)[:, 0] if fits else None
+
+    def take(self, words: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        """``table[index]`` as int64, [..., w], from :attr:`words` on the index's device."""
+        lane = {np.int8: torch.int8, np.int16: torch.int16, np.int32: torch.int32}[self.lane]
+        return words.index_select(0, index.flatten()).view(lane).view(*index.shape, -1).to(torch.int64)
 
 
 def first_true(ok: torch.Tensor) -> torch.Tensor:

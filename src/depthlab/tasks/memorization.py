@@ -29,7 +29,7 @@ from depthlab.tasks.base import ENUMERATE_LIMIT, Batch, SignedVocabulary, check_
 if TYPE_CHECKING:  # torch only where the counter stream runs: `depthlab tasks` never loads it
     import torch
 
-    from depthlab.tasks.counter import Counter, DeviceTables
+    from depthlab.tasks.counter import Counter, DeviceTables, PackedRows
 
 SPLITS = ("train", "eval", "all")
 
@@ -120,7 +120,15 @@ class Memorization(SignedVocabulary):
     def device_tables(self) -> DeviceTables:
         from depthlab.tasks.counter import DeviceTables
 
-        return DeviceTables(inputs=self.dataset.inputs, targets=self.dataset.targets)
+        words = {} if self.packed_inputs.lane is None else {"packed": self.packed_inputs.words}
+        return DeviceTables(inputs=self.dataset.inputs, targets=self.dataset.targets, **words)
+
+    @cached_property
+    def packed_inputs(self) -> PackedRows:
+        """The stored examples' tokens, one int64 per example where they fill one (:class:`PackedRows`)."""
+        from depthlab.tasks.counter import PackedRows
+
+        return PackedRows(self.dataset.inputs)
 
     def sample_counter(self, counter: Counter) -> tuple[torch.Tensor, torch.Tensor]:
         """``sample``'s distribution from the counter stream: each example one of the N stored examples, uniformly
@@ -128,9 +136,10 @@ class Memorization(SignedVocabulary):
         from depthlab.tasks.counter import take_rows
 
         index = counter.below(self.n_examples, draw=0)[..., 0]  # [R, B]
-        tables = self.device_tables
-        return (take_rows(tables.get("inputs", counter.device), index),
-                take_rows(tables.get("targets", counter.device), index))
+        tables, packed = self.device_tables, self.packed_inputs
+        inputs = (take_rows(tables.get("inputs", counter.device), index) if packed.lane is None
+                  else packed.take(tables.get("packed", counter.device), index))
+        return inputs, take_rows(tables.get("targets", counter.device), index)
 
     def dataset_size(self, split: str = "eval") -> int:
         check_split(split, SPLITS)

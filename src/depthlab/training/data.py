@@ -251,7 +251,7 @@ def counter_chunk(task: Task, keys: torch.Tensor, starts: torch.Tensor, steps: i
     for first in range(0, steps, per_call):
         count = min(per_call, steps - first)
         ahead = (starts + torch.arange(first, first + count, dtype=torch.int64, device=starts.device)[:, None])
-        inputs, targets = task.sample_counter(Counter(keys.repeat(count), ahead.flatten(), batch_size,
+        inputs, targets = task.sample_counter(Counter(keys.expand(count, -1).flatten(), ahead.flatten(), batch_size,
                                                       capturable=False))
         parts.append((inputs.unflatten(0, (count, -1)), targets.unflatten(0, (count, -1))))
     if len(parts) == 1:
