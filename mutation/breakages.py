@@ -44,8 +44,8 @@ BREAKAGES: dict[str, tuple[str, list[tuple[str, str]], str]] = {
          "norms = [torch.linalg.vector_norm(flat.grad).expand(flat.grad.shape[0]).clone() for flat in self.flats]"),
     ], "the gradient-clip norm taken over all runs of a group"),
     "warmup-late": ("training/optim.py", [
-        ("torch.div(self.steps, self.warmup_steps, out=scratch)",
-         "torch.div(self.steps - 1, self.warmup_steps, out=scratch)"),
+        ("torch.div(self.steps, float(self.warmup_steps), out=scratch)",
+         "torch.div(self.steps - 1, float(self.warmup_steps), out=scratch)"),
     ], "warm-up one step late"),
     "weight-decay-zero": ("training/engine.py", [
         ("t.momentum, t.weight_decay, t.betas", "t.momentum, 0.0, t.betas"),
@@ -77,7 +77,7 @@ BREAKAGES: dict[str, tuple[str, list[tuple[str, str]], str]] = {
         ("if run_id == self.run_id and digest in (None, self.config_sha256):", "if True:"),
     ], "the checkpoint owner check passes any run's checkpoint"),
     "adam-bias": ("training/optim.py", [
-        ("torch.pow(b1, self.steps, out=a).neg_().add_(1)  # 1 - b1^t", "a.fill_(1.0)  # 1 - b1^t"),
+        ("torch.pow(b1, self.steps, out=a).neg_().add_(self.one)", "a.fill_(1.0)"),
     ], "Adam's first-moment bias correction left out"),
 }
 FAST = ["-m", "fast", "-n", "2", "--dist", "loadfile", "-x"]  # make test-fast, stopping at the first failure
