@@ -11,6 +11,8 @@ step), equal to autograd's composition bit for bit (``tests/test_fused_nodes.py`
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from .fused_nodes import transposed
@@ -53,17 +55,28 @@ def full_layer(h: torch.Tensor, w_qk: torch.Tensor, w_v: torch.Tensor, softmax: 
 
 def composed_layer(h: torch.Tensor, w_qk: torch.Tensor, w_v: torch.Tensor, softmax: bool) -> torch.Tensor:
     """:func:`full_layer` as autograd composes it (under autocast: the residual stream stays fp32)."""
+    rows, _, _, _, _, mixed = _mixed_keys(h, w_qk, softmax, lambda t: t.transpose(1, 2))
+    heads, w_o = w_qk.shape[1], w_v.view(rows.shape[0], -1, rows.shape[-1])
+    if torch.is_autocast_enabled(h.device.type):  # … except in bf16, where the residual stream stays fp32
+        return h + torch.bmm(mixed, w_o).mul_(1 / heads).view(h.shape)
+    return torch.baddbmm(rows, mixed, w_o, alpha=1 / heads).view(h.shape)
+
+
+def _mixed_keys(h: torch.Tensor, w_qk: torch.Tensor, softmax: bool, flip: Callable[[torch.Tensor], torch.Tensor]
+                ) -> tuple[torch.Tensor, ...]:
+    """A layer's products up to the mixed keys, as views of one another: rows [R, B·n, d'], keys [R·B, n, d'], the
+    heads' W_QK side by side [R, d', heads·d'], queries [R·B, n·heads, d'] (x_q W_QK,i per (q, i)), the pattern
+    [R·B, n·heads, n] and mixed [R, B·n, heads·d'] (Σ_k pattern[(q, i), k] x_k). ``flip`` transposes the keys:
+    ``transpose`` under autograd, :func:`transposed` inside a node."""
     runs, batch, n, width = h.shape
     heads = w_qk.shape[1]
     rows = h.view(runs, batch * n, width)
     keys = rows.view(runs * batch, n, width)
-    queries = torch.bmm(rows, stacked_heads(w_qk)).view(runs * batch, n * heads, width)  # x_q W_QK,i per (q, i)
-    pattern = attention_pattern(torch.bmm(queries, keys.transpose(1, 2)), softmax)  # [R·B, n·heads, n]
-    mixed = torch.bmm(pattern, keys).view(runs, batch * n, heads * width)  # Σ_k pattern[(q, i), k] x_k
-    w_v = w_v.view(runs, heads * width, width)
-    if torch.is_autocast_enabled(h.device.type):  # … except in bf16, where the residual stream stays fp32
-        return h + torch.bmm(mixed, w_v).mul_(1 / heads).view(h.shape)
-    return torch.baddbmm(rows, mixed, w_v, alpha=1 / heads).view(h.shape)
+    w_q = stacked_heads(w_qk)
+    queries = torch.bmm(rows, w_q).view(runs * batch, n * heads, width)
+    pattern = attention_pattern(torch.bmm(queries, flip(keys)), softmax)
+    mixed = torch.bmm(pattern, keys).view(runs, batch * n, heads * width)
+    return rows, keys, w_q, queries, pattern, mixed
 
 
 class FullLayer(torch.autograd.Function):
@@ -74,18 +87,11 @@ class FullLayer(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, h: torch.Tensor, w_qk: torch.Tensor, w_v: torch.Tensor, softmax: bool) -> torch.Tensor:
-        runs, batch, n, width = h.shape
-        heads = w_qk.shape[1]
-        rows = h.view(runs, batch * n, width)
-        keys = h.view(runs * batch, n, width)
-        w_q = stacked_heads(w_qk)
-        queries = torch.bmm(rows, w_q).view(runs * batch, n * heads, width)
-        pattern = attention_pattern(torch.bmm(queries, transposed(keys)), softmax)
-        mixed = torch.bmm(pattern, keys).view(runs, batch * n, heads * width)
-        w_o = w_v.view(runs, heads * width, width)
+        rows, keys, w_q, queries, pattern, mixed = _mixed_keys(h, w_qk, softmax, transposed)
+        w_o = w_v.view(rows.shape[0], -1, rows.shape[-1])
         ctx.save_for_backward(rows, keys, w_q, queries, pattern, mixed, w_o)
         ctx.softmax = softmax
-        return torch.baddbmm(rows, mixed, w_o, alpha=1 / heads).view(h.shape)
+        return torch.baddbmm(rows, mixed, w_o, alpha=1 / w_qk.shape[1]).view(h.shape)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
