@@ -102,8 +102,8 @@ class TrainSpec(BaseModel):
                                        description="a fixed training set of this many examples, cycled (seed 002 "
                                                    "§7.1: 2^20); None = fresh examples every step")
     stream: Literal[1, 2] | None = Field(None, description="training-data stream version: 1 (None) the host's numpy "
-                                         "generator, 2 a counter-based one on the run's device (icqa, "
-                                         "index_lookup, mqar; fresh examples only)")
+                                         "generator, 2 a counter-based one on the run's device (every "
+                                         "task; fresh examples only; other examples, so other run ids)")
     eval_every: int = Field(100, ge=1, le=MAX_STEPS, description="log train and eval metrics every this many steps")
     eval_examples: int = Field(2048, ge=1, le=MAX_EXAMPLES,
                                description="eval examples per log point (the final eval uses all)")
