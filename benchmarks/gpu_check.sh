@@ -16,7 +16,8 @@
 #   3. depthlab bench --ops --compile both        retrieval at 1 and 256 runs: kernels and ATen ops per step, eager
 #                                                 and compiled
 #   4. depthlab bench --case families             every seed 003 family (N = 100, 400; width 64, 256) at 1 and 64
-#                                                 runs against its plain loop (the LSTM's: torch.nn.LSTM), TF32
+#                                                 runs against its plain loop (the LSTM's: torch.nn.LSTM), TF32;
+#                                                 the cases no GPU has measured first
 #   5. depthlab bench                             engine against plain loop at 1/16/64/256 runs, TF32 and bf16;
 #                                                 icqa-quick and retrieval with stream 2's batches (TF32)
 #   6. depthlab bench --ops                       ATen operations and kernels per training step
@@ -69,7 +70,12 @@ else
   OPS_ARGS=(--runs 1,256)
   BENCH_ARGS=(--runs 1,16,64,256 --seconds 0.5 --rounds 1 --case icqa-quick --case icqa-paper --case retrieval
               --case icqa-quick-stream2 --case retrieval-stream2)
-  FAMILY_ARGS=(--runs 1,64 --case families --seconds 0.25 --rounds 1)
+  # the eleven family cases no GPU has measured (the H200 at d83bc8c ran out of memory at the twelfth) first, so that a
+  # step stopped at its limit has measured them; then every other family case
+  FAMILY_ARGS=(--runs 1,64 --seconds 0.25 --rounds 1 --case mamba-n100-w256 --case mamba-n400-w64
+               --case mamba-n400-w256 --case linear_transformer-n100-w64 --case linear_transformer-n100-w256
+               --case linear_transformer-n400-w64 --case linear_transformer-n400-w256 --case retnet-n100-w64
+               --case retnet-n100-w256 --case retnet-n400-w64 --case retnet-n400-w256 --case families)
   SMALL_SET=()
   COMPILED_ARGS=(--runs 1,16,256 --case retrieval --seconds 0.5 --rounds 1 --compile both)
   COMPILED_OPS_ARGS=(--runs 1,256 --case retrieval --compile both)

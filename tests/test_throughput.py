@@ -55,6 +55,17 @@ def test_family_cases_cover_every_family_at_seed_003s_shapes_and_stay_out_of_the
     assert [c.name for c in chosen_cases(["mamba-n400-w64"])] == ["mamba-n400-w64"]
 
 
+def test_cases_are_measured_in_the_order_named_and_once():
+    """A bench stopped at its time limit has measured the cases named first (gpu_check.sh names first the family
+    cases no GPU has measured yet), and a case named again, alone or inside ``families``, is not measured twice."""
+    from depthlab.training.bench_cases import chosen_cases
+
+    named = [c.name for c in chosen_cases(["retnet-n400-w64", "icqa-quick", "families", "retnet-n400-w64"])]
+    assert named[:3] == ["retnet-n400-w64", "icqa-quick", "transformer-n100-w64"]
+    assert len(named) == len(set(named)) == 25
+    assert [c.name for c in chosen_cases(["retrieval", "icqa-quick"])] == ["retrieval", "icqa-quick"]
+
+
 def test_the_lstm_plain_loop_is_the_same_function_as_the_engine_s_lstm():
     """The LSTM case's plain loop (torch.nn.LSTM between nn.Embedding and nn.Linear) computes what the engine's
     run-axis LSTM does, given the same weights: the ratio compares the same model."""

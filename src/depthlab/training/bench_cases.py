@@ -78,10 +78,17 @@ def case_names() -> list[str]:
 
 
 def chosen_cases(names: list[str] | None) -> list[Case]:
-    """The cases ``--case`` names (``families``: every family case), or the default ones."""
+    """The cases ``--case`` names, in the order named (``families``: every family case, in their order; a case
+    named twice is measured once), or the default ones. The order is the order of measurement, which decides
+    what a bench stopped at its time limit has measured (``gpu_check.sh`` names first what no GPU measured yet)."""
     if not names:
         return [c for c in CASES if c.group == "default"]
-    return [c for c in CASES if c.name in names or c.group in names]
+    chosen: dict[str, Case] = {}
+    for name in names:
+        for case in CASES:
+            if name in (case.name, case.group):
+                chosen.setdefault(case.name, case)
+    return list(chosen.values())
 
 
 class TorchLSTM(torch.nn.Module):
