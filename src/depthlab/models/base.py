@@ -242,6 +242,9 @@ class RunModule(HookedModule):
             owner, _, attr = name.rpartition(".")
             # A new Parameter (not a reshaped .data): autograd remembers the shape of the old one.
             self.get_submodule(owner).register_parameter(attr, torch.nn.Parameter(p.detach()[keep].contiguous()))
+        for module in self.modules():  # buffers laid out by run (the embedding's run index) follow
+            if hasattr(module, "select_run_buffers"):
+                module.select_run_buffers(keep)
         self.n_runs = int(keep.numel())
 
 

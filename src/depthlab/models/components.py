@@ -110,11 +110,11 @@ class Embed(torch.nn.Module):
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         if inputs.is_floating_point():
             return per_run(inputs.to(self.W_E.dtype), self.W_E)
-        runs = inputs.shape[0]
-        # after runs left the group (``select_runs`` keeps parameters, not this buffer) the index is made again
-        index = self.run_index if self.run_index.shape[0] == runs else torch.arange(runs, device=inputs.device)[
-            :, None, None]
-        return self.W_E[index, inputs]  # a gather per run
+        return self.W_E[self.run_index, inputs]  # a gather per run
+
+    def select_run_buffers(self, keep: torch.Tensor) -> None:
+        """After runs left (``RunModule.select_runs``): run r's index is r again, the arange's first ``len(keep)``."""
+        self.run_index = self.run_index[: keep.numel()]
 
 
 class PosEmbed(torch.nn.Module):
